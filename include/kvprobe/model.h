@@ -1,0 +1,93 @@
+/* kvprobe — model loading and the forward pass.
+ *
+ * Data flow: kvp_model (weights, mmap'd GGUF) + kvp_ctx (threads, scratch buffers) run a
+ * batch of rows; each row is one token at one position of one KV cache (kvp_kv, see kv.h).
+ * Prefill is a batch of consecutive positions of one cache; the splice sweep batches the
+ * next token of many forked caches. Rows of the same cache see each other causally. */
+#ifndef KVPROBE_MODEL_H
+#define KVPROBE_MODEL_H
+
+#include <stdint.h>
+
+#include "kvprobe/error.h"
+#include "kvprobe/gguf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kvp_arch { KVP_ARCH_LLAMA = 0, KVP_ARCH_QWEN3 = 1, KVP_ARCH_GEMMA3 = 2 } kvp_arch;
+
+/* Hyper-parameters, all read from GGUF metadata (never from the model's name). */
+typedef struct kvp_hparams {
+    kvp_arch arch;
+    const char *arch_name;
+    int n_vocab;
+    int n_ctx_train;
+    int n_embd;
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim;        /* key/query head size */
+    int head_dim_v;      /* value head size */
+    int n_ff;
+    int n_rot;           /* rotary dims (== head_dim for the supported families) */
+    float rms_eps;
+    float rope_base;       /* global layers */
+    float rope_base_swa;   /* sliding-window layers */
+    float rope_freq_scale; /* global layers: angle multiplier (1/linear factor) */
+    int rope_neox;       /* 1: pairs (i, i+d/2) (Qwen3, Gemma 3); 0: adjacent pairs (llama GGUF) */
+    float attn_scale;    /* multiplies q.k */
+    float embed_scale;   /* multiplies token embeddings (Gemma: sqrt(n_embd)) */
+    float final_softcap; /* 0 = none */
+    int sliding_window;  /* 0 = none */
+    const uint8_t *layer_is_swa; /* [n_layer]: 1 for sliding-window layers */
+    int tied_output;     /* 1 if the LM head is token_embd */
+    int has_rope_freqs;  /* llama3 rope scaling factors present */
+} kvp_hparams;
+
+typedef struct kvp_model kvp_model;
+
+kvp_model *kvp_model_load(const char *path, kvp_error *err);
+void kvp_model_free(kvp_model *m);
+const kvp_hparams *kvp_model_hparams(const kvp_model *m);
+const gguf_file *kvp_model_gguf(const kvp_model *m);
+
+/* ---- execution context ------------------------------------------------------------------ */
+
+typedef struct kvp_ctx_params {
+    int n_threads;  /* 0 = number of online CPUs */
+    int max_batch;  /* rows per forward call (prefill chunk / fork batch); 0 = 64 */
+} kvp_ctx_params;
+
+typedef struct kvp_ctx kvp_ctx;
+
+kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err);
+void kvp_ctx_free(kvp_ctx *ctx);
+int kvp_ctx_threads(const kvp_ctx *ctx);
+int kvp_ctx_max_batch(const kvp_ctx *ctx);
+
+struct kvp_kv;
+
+/* One row of a batch: feed `token` at position `pos` of cache `kv`. If `logits` is non-NULL,
+ * the next-token logits (n_vocab floats) are written there. pos must be <= the cache's
+ * current length (positions are slots: writing at pos overwrites that slot and sets the
+ * length to max(len, pos + 1)). */
+typedef struct kvp_row {
+    int32_t token;
+    int32_t pos;
+    struct kvp_kv *kv;
+    float *logits;
+} kvp_row;
+
+int kvp_forward(kvp_ctx *ctx, const kvp_row *rows, int n_rows, kvp_error *err);
+
+/* Convenience: append n tokens to kv (in chunks of max_batch). If logits_all is non-NULL it
+ * receives n rows of logits; else if logits_last is non-NULL it receives the last row's. */
+int kvp_decode(kvp_ctx *ctx, struct kvp_kv *kv, const int32_t *tokens, int n,
+               float *logits_all, float *logits_last, kvp_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

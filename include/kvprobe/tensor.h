@@ -1,0 +1,78 @@
+/* kvprobe — tensor element types (ggml numbering) and their row kernels.
+ *
+ * Weights stay in their on-disk block format; kernels dequantize a row (or dot a row with an
+ * f32 vector) block by block. Dequantization is exact: it yields the same f32 values as
+ * ggml's reference dequantizers and the gguf Python package. */
+#ifndef KVPROBE_TENSOR_H
+#define KVPROBE_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Values are ggml's on-disk ids (ggml.h); retired ids are never reused. */
+enum kvp_type {
+    KVP_TYPE_F32 = 0,
+    KVP_TYPE_F16 = 1,
+    KVP_TYPE_Q4_0 = 2,
+    KVP_TYPE_Q4_1 = 3,
+    KVP_TYPE_Q5_0 = 6,
+    KVP_TYPE_Q5_1 = 7,
+    KVP_TYPE_Q8_0 = 8,
+    KVP_TYPE_Q8_1 = 9,
+    KVP_TYPE_Q2_K = 10,
+    KVP_TYPE_Q3_K = 11,
+    KVP_TYPE_Q4_K = 12,
+    KVP_TYPE_Q5_K = 13,
+    KVP_TYPE_Q6_K = 14,
+    KVP_TYPE_Q8_K = 15,
+    KVP_TYPE_I8 = 24,
+    KVP_TYPE_I16 = 25,
+    KVP_TYPE_I32 = 26,
+    KVP_TYPE_I64 = 27,
+    KVP_TYPE_F64 = 28,
+    KVP_TYPE_BF16 = 30,
+    KVP_TYPE_COUNT = 64 /* upper bound on ids we know about */
+};
+
+typedef struct kvp_type_info {
+    const char *name;       /* "Q4_K"; NULL for ids we do not know */
+    uint32_t block_elems;   /* elements per block */
+    uint32_t block_bytes;   /* bytes per block */
+    int can_compute;        /* 1 if dequantize/dot kernels exist (weights may use it) */
+} kvp_type_info;
+
+/* Info for a ggml type id, or NULL if the id is unknown to kvprobe. */
+const kvp_type_info *kvp_type_get(uint32_t type);
+const char *kvp_type_name(uint32_t type); /* "unknown" for unknown ids */
+
+/* Bytes of a row of n elements (n must be a multiple of block_elems). */
+size_t kvp_row_bytes(enum kvp_type type, int64_t n);
+
+/* Dequantize n elements (a multiple of the block size) from src into dst. */
+void kvp_dequantize_row(enum kvp_type type, const void *src, float *dst, int64_t n);
+
+/* Dot product of a row of n elements of `type` with f32 vector x (f32 accumulation). */
+float kvp_dot_row(enum kvp_type type, const void *row, const float *x, int64_t n);
+
+/* The same dot for nb vectors x + b*ldx (b < nb), dequantizing each block of the row once.
+ * out[b] is bit-identical to kvp_dot_row(type, row, x + b*ldx, n): batching never changes
+ * results. */
+void kvp_dot_row_batch(enum kvp_type type, const void *row, const float *x, int64_t ldx, int nb, int64_t n,
+                       float *out);
+
+/* f32 dot product with a fixed summation order. */
+float kvp_dot_f32(const float *a, const float *b, int64_t n);
+
+/* fp16 / bf16 scalar conversions (IEEE binary16 with subnormals; bf16 = upper f32 half). */
+float kvp_fp16_to_f32(uint16_t h);
+uint16_t kvp_f32_to_fp16(float f); /* round to nearest even */
+float kvp_bf16_to_f32(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

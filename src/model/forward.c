@@ -1,0 +1,406 @@
+/* The transformer forward pass over a batch of rows (token, position, cache).
+ *
+ * One function per stage, in data-flow order: embed -> per layer [norm, QKV, q/k-norm, RoPE,
+ * store K/V, attention, output projection, (post-norm), residual, norm, gated FFN,
+ * (post-norm), residual] -> final norm -> logits. Math follows Hugging Face transformers in
+ * fp32 (see docs/architecture notes in README); weights are read once per batch. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../kv/kv_impl.h"
+#include "../util/pool.h"
+#include "model_impl.h"
+
+struct kvp_ctx {
+    const kvp_model *m;
+    kvp_pool *pool;
+    int n_threads;
+    int max_batch;
+    /* activations, [max_batch][width] */
+    float *x, *xn, *q, *k, *v, *att, *ffa, *ffb, *tmp;
+    float *rope_inv[2];  /* [n_rot/2] inverse frequencies: [0] global layers, [1] sliding-window */
+    float *rope_cs;      /* [max_batch][2][n_rot]: cos (n_rot/2) then sin (n_rot/2) per kind */
+    float *scores;       /* [n_threads][scores_cap] */
+    int scores_cap;
+    float *kvbuf;        /* [n_threads][max(head_dim, head_dim_v)] f16 -> f32 staging */
+    float *dotbuf;       /* [n_threads][max_batch] */
+    float **outp;        /* [max_batch] output row pointers for matmul */
+};
+
+/* ---- context ----------------------------------------------------------------------------- */
+
+static float *alloc_f(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+static void init_rope(kvp_ctx *c) {
+    const kvp_hparams *hp = &c->m->hp;
+    int half = hp->n_rot / 2;
+    for (int kind = 0; kind < 2; kind++) {
+        double base = kind ? hp->rope_base_swa : hp->rope_base;
+        float scale = kind ? 1.0f : hp->rope_freq_scale;
+        for (int i = 0; i < half; i++) {
+            float inv = (float)pow(base, -2.0 * i / hp->n_rot);
+            if (c->m->rope_freqs) inv = inv / c->m->rope_freqs[i];
+            c->rope_inv[kind][i] = inv * scale;
+        }
+    }
+}
+
+kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err) {
+    kvp_ctx_params def = {0, 0};
+    if (!p) p = &def;
+    kvp_ctx *c = calloc(1, sizeof *c);
+    if (!c) goto oom;
+    const kvp_hparams *hp = &m->hp;
+    c->m = m;
+    c->n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (c->n_threads < 1) c->n_threads = 1;
+    if (c->n_threads > 256) c->n_threads = 256;
+    c->max_batch = p->max_batch > 0 ? p->max_batch : 64;
+    size_t B = (size_t)c->max_batch, T = (size_t)c->n_threads;
+    size_t qw = (size_t)hp->n_head * hp->head_dim, kw = (size_t)hp->n_head_kv * hp->head_dim,
+           vw = (size_t)hp->n_head_kv * hp->head_dim_v, aw = (size_t)hp->n_head * hp->head_dim_v;
+    size_t hd = (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v);
+    c->x = alloc_f(B * hp->n_embd);
+    c->xn = alloc_f(B * hp->n_embd);
+    c->tmp = alloc_f(B * hp->n_embd);
+    c->q = alloc_f(B * qw);
+    c->k = alloc_f(B * kw);
+    c->v = alloc_f(B * vw);
+    c->att = alloc_f(B * aw);
+    c->ffa = alloc_f(B * hp->n_ff);
+    c->ffb = alloc_f(B * hp->n_ff);
+    c->rope_inv[0] = alloc_f((size_t)hp->n_rot / 2);
+    c->rope_inv[1] = alloc_f((size_t)hp->n_rot / 2);
+    c->rope_cs = alloc_f(B * 2 * hp->n_rot);
+    c->kvbuf = alloc_f(T * 2 * hd);
+    c->dotbuf = alloc_f(T * B);
+    c->outp = calloc(B, sizeof *c->outp);
+    if (!c->x || !c->xn || !c->tmp || !c->q || !c->k || !c->v || !c->att || !c->ffa || !c->ffb ||
+        !c->rope_inv[0] || !c->rope_inv[1] || !c->rope_cs || !c->kvbuf || !c->dotbuf || !c->outp)
+        goto oom;
+    if (!(c->pool = kvp_pool_new(c->n_threads))) goto oom;
+    init_rope(c);
+    return c;
+oom:
+    kvp_ctx_free(c);
+    kvp_fail(err, KVP_E_NOMEM, "out of memory creating an execution context");
+    return NULL;
+}
+
+void kvp_ctx_free(kvp_ctx *c) {
+    if (!c) return;
+    kvp_pool_free(c->pool);
+    float *bufs[] = {c->x, c->xn, c->tmp, c->q, c->k, c->v, c->att, c->ffa, c->ffb,
+                     c->rope_inv[0], c->rope_inv[1], c->rope_cs, c->scores, c->kvbuf, c->dotbuf};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(c->outp);
+    free(c);
+}
+
+int kvp_ctx_threads(const kvp_ctx *c) { return c->n_threads; }
+int kvp_ctx_max_batch(const kvp_ctx *c) { return c->max_batch; }
+
+/* ---- matrix multiply: out[b][r] = W[r] . in[b] ------------------------------------------- */
+
+typedef struct matmul_job {
+    const kvp_weight *w;
+    const float *in;
+    int64_t ld_in;
+    int nb;
+    float *const *out;
+    int64_t rows_per_task;
+    float *dotbuf;
+    int max_batch;
+} matmul_job;
+
+static void matmul_task(void *arg, int task, int thread) {
+    const matmul_job *j = arg;
+    int64_t r0 = (int64_t)task * j->rows_per_task, r1 = r0 + j->rows_per_task;
+    if (r1 > j->w->n_out) r1 = j->w->n_out;
+    float *dots = j->dotbuf + (size_t)thread * j->max_batch;
+    for (int64_t r = r0; r < r1; r++) {
+        kvp_dot_row_batch(j->w->type, j->w->data + r * j->w->row_bytes, j->in, j->ld_in, j->nb, j->w->n_in, dots);
+        for (int b = 0; b < j->nb; b++) j->out[b][r] = dots[b];
+    }
+}
+
+static void matmul(kvp_ctx *c, const kvp_weight *w, const float *in, int64_t ld_in, int nb, float *const *out) {
+    int64_t target = (int64_t)c->n_threads * 8;
+    int64_t rpt = (w->n_out + target - 1) / target;
+    if (rpt < 4) rpt = 4;
+    matmul_job j = {w, in, ld_in, nb, out, rpt, c->dotbuf, c->max_batch};
+    kvp_pool_run(c->pool, matmul_task, &j, (int)((w->n_out + rpt - 1) / rpt));
+}
+
+/* Matmul into a dense [nb][n_out] buffer. */
+static void matmul_dense(kvp_ctx *c, const kvp_weight *w, const float *in, int64_t ld_in, int nb, float *out) {
+    for (int b = 0; b < nb; b++) c->outp[b] = out + (size_t)b * w->n_out;
+    matmul(c, w, in, ld_in, nb, c->outp);
+}
+
+/* ---- elementwise pieces ------------------------------------------------------------------ */
+
+/* y = x / sqrt(mean(x^2) + eps) * w (GGUF norm weights already include Gemma's +1). */
+static void rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) y[i] = (x[i] * r) * w[i];
+}
+
+/* Rotate one head in place. cs holds cos[half] then sin[half]. */
+static void rope_head(float *x, const float *cs, int n_rot, int neox) {
+    int half = n_rot / 2;
+    const float *cs_cos = cs, *cs_sin = cs + half;
+    for (int i = 0; i < half; i++) {
+        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b], co = cs_cos[i], si = cs_sin[i];
+        x[a] = x0 * co - x1 * si;
+        x[b] = x1 * co + x0 * si;
+    }
+}
+
+static float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ---- attention --------------------------------------------------------------------------- */
+
+typedef struct attn_job {
+    kvp_ctx *c;
+    const kvp_row *rows;
+    int layer;
+} attn_job;
+
+static void attn_task(void *arg, int task, int thread) {
+    const attn_job *j = arg;
+    kvp_ctx *c = j->c;
+    const kvp_hparams *hp = &c->m->hp;
+    int r = task / hp->n_head, h = task % hp->n_head;
+    const kvp_row *row = &j->rows[r];
+    const kvp_kv *kv = row->kv;
+    int hd = hp->head_dim, hdv = hp->head_dim_v, kvh = h / (hp->n_head / hp->n_head_kv), l = j->layer;
+    const float *q = c->q + (size_t)r * hp->n_head * hd + (size_t)h * hd;
+    float *out = c->att + (size_t)r * hp->n_head * hdv + (size_t)h * hdv;
+    float *scores = c->scores + (size_t)thread * c->scores_cap;
+    float *kbuf = c->kvbuf + (size_t)thread * 2 * (hd > hdv ? hd : hdv);
+    const uint8_t *active = kv->active + (size_t)l * kv->n_ctx;
+    int p1 = row->pos + 1, p0 = 0;
+    if (hp->layer_is_swa[l] && hp->sliding_window > 0 && p1 > hp->sliding_window) p0 = p1 - hp->sliding_window;
+
+    float mx = -INFINITY;
+    for (int p = p0; p < p1; p++) {
+        if (!active[p]) continue;
+        const void *ks = (const char *)kv_k_slot(kv, l, p) + (size_t)kvh * hd * kv_elem_size(kv);
+        const float *kp = ks;
+        if (kv->type != KVP_KV_F32) {
+            kv_load(kv, ks, kbuf, hd);
+            kp = kbuf;
+        }
+        float s = kvp_dot_f32(q, kp, hd) * hp->attn_scale;
+        scores[p - p0] = s;
+        if (s > mx) mx = s;
+    }
+    memset(out, 0, (size_t)hdv * sizeof(float));
+    if (mx == -INFINITY) return; /* every visible slot evicted: attention contributes nothing */
+    float sum = 0.0f;
+    for (int p = p0; p < p1; p++) {
+        if (!active[p]) continue;
+        float e = expf(scores[p - p0] - mx);
+        scores[p - p0] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int p = p0; p < p1; p++) {
+        if (!active[p]) continue;
+        float w = scores[p - p0] * inv;
+        const void *vs = (const char *)kv_v_slot(kv, l, p) + (size_t)kvh * hdv * kv_elem_size(kv);
+        const float *vp = vs;
+        if (kv->type != KVP_KV_F32) {
+            kv_load(kv, vs, kbuf, hdv);
+            vp = kbuf;
+        }
+        for (int d = 0; d < hdv; d++) out[d] += w * vp[d];
+    }
+}
+
+/* ---- the pass ---------------------------------------------------------------------------- */
+
+static int validate_rows(kvp_ctx *c, const kvp_row *rows, int n, kvp_error *err) {
+    const kvp_hparams *hp = &c->m->hp;
+    if (n < 0 || n > c->max_batch)
+        return kvp_fail(err, KVP_E_INVALID, "forward: %d rows exceeds the context's batch size %d", n, c->max_batch);
+    int need = 0;
+    for (int i = 0; i < n; i++) {
+        const kvp_row *r = &rows[i];
+        if (!r->kv || r->kv->n_layer != hp->n_layer || r->kv->k_row != hp->n_head_kv * hp->head_dim ||
+            r->kv->v_row != hp->n_head_kv * hp->head_dim_v)
+            return kvp_fail(err, KVP_E_INVALID, "forward: row %d has no KV cache or one shaped for another model", i);
+        if (r->token < 0 || r->token >= hp->n_vocab)
+            return kvp_fail(err, KVP_E_INVALID, "forward: token id %d out of range [0, %d)", r->token, hp->n_vocab);
+        /* A row may write any slot up to the cache length, counting earlier rows of this batch. */
+        int len = r->kv->len;
+        for (int j = 0; j < i; j++)
+            if (rows[j].kv == r->kv && rows[j].pos + 1 > len) len = rows[j].pos + 1;
+        if (r->pos < 0 || r->pos > len || r->pos >= r->kv->n_ctx)
+            return kvp_fail(err, KVP_E_INVALID, "forward: row %d position %d invalid (cache holds %d of %d slots)", i,
+                            r->pos, len, r->kv->n_ctx);
+        if (r->pos + 1 > need) need = r->pos + 1;
+    }
+    if (need > c->scores_cap) {
+        float *s = realloc(c->scores, (size_t)c->n_threads * need * sizeof(float));
+        if (!s) return kvp_fail(err, KVP_E_NOMEM, "out of memory for attention scores");
+        c->scores = s;
+        c->scores_cap = need;
+    }
+    return 0;
+}
+
+static void embed(kvp_ctx *c, const kvp_row *rows, int n) {
+    const kvp_model *m = c->m;
+    int d = m->hp.n_embd;
+    for (int r = 0; r < n; r++) {
+        float *x = c->x + (size_t)r * d;
+        kvp_dequantize_row(m->tok_embd.type, m->tok_embd.data + (size_t)rows[r].token * m->tok_embd.row_bytes, x, d);
+        if (m->hp.embed_scale != 1.0f)
+            for (int i = 0; i < d; i++) x[i] *= m->hp.embed_scale;
+    }
+}
+
+static void rope_tables(kvp_ctx *c, const kvp_row *rows, int n) {
+    int nr = c->m->hp.n_rot, half = nr / 2;
+    for (int r = 0; r < n; r++)
+        for (int kind = 0; kind < 2; kind++) {
+            float *cs = c->rope_cs + ((size_t)r * 2 + kind) * nr;
+            for (int i = 0; i < half; i++) {
+                float a = (float)rows[r].pos * c->rope_inv[kind][i];
+                cs[i] = (float)cos((double)a);
+                cs[half + i] = (float)sin((double)a);
+            }
+        }
+}
+
+static void attention_block(kvp_ctx *c, const kvp_row *rows, int n, int il) {
+    const kvp_model *m = c->m;
+    const kvp_hparams *hp = &m->hp;
+    const kvp_layer *L = &m->layers[il];
+    int d = hp->n_embd, hd = hp->head_dim;
+    int qw = hp->n_head * hd, kw = hp->n_head_kv * hd, vw = hp->n_head_kv * hp->head_dim_v;
+
+    for (int r = 0; r < n; r++) rmsnorm(c->xn + (size_t)r * d, c->x + (size_t)r * d, L->attn_norm, d, hp->rms_eps);
+    matmul_dense(c, &L->wq, c->xn, d, n, c->q);
+    matmul_dense(c, &L->wk, c->xn, d, n, c->k);
+    matmul_dense(c, &L->wv, c->xn, d, n, c->v);
+
+    int kind = hp->layer_is_swa[il] ? 1 : 0;
+    for (int r = 0; r < n; r++) {
+        const float *cs = c->rope_cs + ((size_t)r * 2 + kind) * hp->n_rot;
+        for (int h = 0; h < hp->n_head; h++) {
+            float *qh = c->q + (size_t)r * qw + (size_t)h * hd;
+            if (L->q_norm) rmsnorm(qh, qh, L->q_norm, hd, hp->rms_eps);
+            rope_head(qh, cs, hp->n_rot, hp->rope_neox);
+        }
+        for (int h = 0; h < hp->n_head_kv; h++) {
+            float *kh = c->k + (size_t)r * kw + (size_t)h * hd;
+            if (L->k_norm) rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
+            rope_head(kh, cs, hp->n_rot, hp->rope_neox);
+        }
+        /* Store before any row attends, so rows of one cache see each other causally. */
+        kvp_kv *kv = rows[r].kv;
+        kv_store(kv, kv_k_slot(kv, il, rows[r].pos), c->k + (size_t)r * kw, kw);
+        kv_store(kv, kv_v_slot(kv, il, rows[r].pos), c->v + (size_t)r * vw, vw);
+        kv->active[(size_t)il * kv->n_ctx + rows[r].pos] = 1;
+    }
+    attn_job aj = {c, rows, il};
+    kvp_pool_run(c->pool, attn_task, &aj, n * hp->n_head);
+
+    matmul_dense(c, &L->wo, c->att, (int64_t)hp->n_head * hp->head_dim_v, n, c->tmp);
+    for (int r = 0; r < n; r++) {
+        float *t = c->tmp + (size_t)r * d, *x = c->x + (size_t)r * d;
+        if (L->post_attn_norm) rmsnorm(t, t, L->post_attn_norm, d, hp->rms_eps);
+        for (int i = 0; i < d; i++) x[i] += t[i];
+    }
+}
+
+static void ffn_block(kvp_ctx *c, int n, int il) {
+    const kvp_model *m = c->m;
+    const kvp_hparams *hp = &m->hp;
+    const kvp_layer *L = &m->layers[il];
+    int d = hp->n_embd, ff = hp->n_ff;
+    for (int r = 0; r < n; r++) rmsnorm(c->xn + (size_t)r * d, c->x + (size_t)r * d, L->ffn_norm, d, hp->rms_eps);
+    matmul_dense(c, &L->gate, c->xn, d, n, c->ffa);
+    matmul_dense(c, &L->up, c->xn, d, n, c->ffb);
+    int gelu = hp->arch == KVP_ARCH_GEMMA3;
+    for (size_t i = 0; i < (size_t)n * ff; i++) {
+        float g = c->ffa[i];
+        c->ffa[i] = (gelu ? gelu_tanh(g) : silu(g)) * c->ffb[i];
+    }
+    matmul_dense(c, &L->down, c->ffa, ff, n, c->tmp);
+    for (int r = 0; r < n; r++) {
+        float *t = c->tmp + (size_t)r * d, *x = c->x + (size_t)r * d;
+        if (L->post_ffw_norm) rmsnorm(t, t, L->post_ffw_norm, d, hp->rms_eps);
+        for (int i = 0; i < d; i++) x[i] += t[i];
+    }
+}
+
+static void logits_block(kvp_ctx *c, const kvp_row *rows, int n) {
+    const kvp_model *m = c->m;
+    const kvp_hparams *hp = &m->hp;
+    int d = hp->n_embd, nl = 0;
+    for (int r = 0; r < n; r++) {
+        if (!rows[r].logits) continue;
+        rmsnorm(c->xn + (size_t)nl * d, c->x + (size_t)r * d, m->output_norm, d, hp->rms_eps);
+        c->outp[nl++] = rows[r].logits;
+    }
+    if (!nl) return;
+    matmul(c, &m->output, c->xn, d, nl, c->outp);
+    if (hp->final_softcap > 0.0f)
+        for (int b = 0; b < nl; b++)
+            for (int i = 0; i < hp->n_vocab; i++)
+                c->outp[b][i] = hp->final_softcap * tanhf(c->outp[b][i] / hp->final_softcap);
+}
+
+int kvp_forward(kvp_ctx *c, const kvp_row *rows, int n, kvp_error *err) {
+    if (validate_rows(c, rows, n, err)) return err->code;
+    if (n == 0) return KVP_OK;
+    embed(c, rows, n);
+    rope_tables(c, rows, n);
+    for (int il = 0; il < c->m->hp.n_layer; il++) {
+        attention_block(c, rows, n, il);
+        ffn_block(c, n, il);
+    }
+    for (int r = 0; r < n; r++)
+        if (rows[r].pos + 1 > rows[r].kv->len) rows[r].kv->len = rows[r].pos + 1;
+    logits_block(c, rows, n);
+    return KVP_OK;
+}
+
+int kvp_decode(kvp_ctx *c, kvp_kv *kv, const int32_t *tokens, int n, float *logits_all, float *logits_last,
+               kvp_error *err) {
+    kvp_row *rows = calloc((size_t)c->max_batch, sizeof *rows);
+    if (!rows) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
+    int V = c->m->hp.n_vocab, rc = KVP_OK;
+    if (kv->len + n > kv->n_ctx) {
+        rc = kvp_fail(err, KVP_E_INVALID, "decode: %d tokens do not fit: cache holds %d of %d positions", n, kv->len,
+                      kv->n_ctx);
+        n = 0;
+    }
+    for (int i0 = 0; i0 < n && rc == KVP_OK; i0 += c->max_batch) {
+        int nb = n - i0 < c->max_batch ? n - i0 : c->max_batch;
+        int base = kv->len;
+        for (int b = 0; b < nb; b++) {
+            int i = i0 + b;
+            rows[b] = (kvp_row){.token = tokens[i], .pos = base + b, .kv = kv, .logits = NULL};
+            if (logits_all) rows[b].logits = logits_all + (size_t)i * V;
+            else if (logits_last && i == n - 1) rows[b].logits = logits_last;
+        }
+        rc = kvp_forward(c, rows, nb, err);
+    }
+    free(rows);
+    return rc;
+}
