@@ -62,6 +62,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import DynamicCache
 
 torch.set_num_threads(1)
+transformers.utils.logging.disable_progress_bar()
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -302,7 +303,7 @@ def greedy(model, prompt: list[int], n_gen: int) -> tuple[list[int], np.ndarray]
     cache = DynamicCache(config=model.config)
     ids = torch.tensor([prompt], dtype=torch.long)
     pos = torch.arange(len(prompt)).unsqueeze(0)
-    out = model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True)
+    out = model(input_ids=ids, position_ids=pos, cache=cache, use_cache=True)
     gen, rows = [], []
     n = len(prompt)
     for s in range(n_gen):
@@ -313,8 +314,10 @@ def greedy(model, prompt: list[int], n_gen: int) -> tuple[list[int], np.ndarray]
         if s + 1 == n_gen:
             break
         out = model(input_ids=torch.tensor([[tok]]), position_ids=torch.tensor([[n]]),
-                    past_key_values=out.past_key_values, use_cache=True)
+                    cache=cache, use_cache=True)
         n += 1
+    if cache.get_seq_length() != len(prompt) + n_gen - 1:
+        fail(f"cache holds {cache.get_seq_length()} positions")
     return gen, np.stack(rows)
 
 

@@ -49,6 +49,8 @@ typedef struct kvp_hparams {
 typedef struct kvp_model kvp_model;
 
 kvp_model *kvp_model_load(const char *path, kvp_error *err);
+/* Build a model over an already parsed file; takes ownership of f (closed on failure too). */
+kvp_model *kvp_model_from_gguf(gguf_file *f, kvp_error *err);
 void kvp_model_free(kvp_model *m);
 const kvp_hparams *kvp_model_hparams(const kvp_model *m);
 const gguf_file *kvp_model_gguf(const kvp_model *m);

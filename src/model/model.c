@@ -294,12 +294,19 @@ static const struct {
 } ARCHS[] = {{"llama", KVP_ARCH_LLAMA}, {"qwen3", KVP_ARCH_QWEN3}, {"gemma3", KVP_ARCH_GEMMA3}};
 
 kvp_model *kvp_model_load(const char *path, kvp_error *err) {
+    gguf_file *f = gguf_open(path, err);
+    return f ? kvp_model_from_gguf(f, err) : NULL;
+}
+
+kvp_model *kvp_model_from_gguf(gguf_file *f, kvp_error *err) {
     kvp_model *m = calloc(1, sizeof *m);
     if (!m) {
+        gguf_close(f);
         kvp_fail(err, KVP_E_NOMEM, "out of memory");
         return NULL;
     }
-    if (!(m->gguf = gguf_open(path, err))) goto fail;
+    m->gguf = f;
+    const char *path = f->path;
     gguf_str arch;
     int rc = gguf_get_str(m->gguf, "general.architecture", &arch, err);
     if (rc == 1) {
