@@ -24,7 +24,7 @@ TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC))
 CLI_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC))
 
-.PHONY: all test models demo sanitize fuzz clean deps
+.PHONY: all test check models demo sanitize fuzz clean deps
 all: $(BUILD)/kvprobe $(BUILD)/libkvprobe.a
 
 $(BUILD)/obj/%.o: %.c
@@ -42,18 +42,35 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(BUILD)/libkvprobe.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(KVP_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libkvprobe.a $(LDLIBS)
 
-test: all $(TEST_BINS)
-	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BINS)
+# test = set up (build deps, real models) then build and run every test.
+test: deps models
+	@$(MAKE) --no-print-directory check
+
+check: all $(TEST_BINS)
+	@sh tests/run.sh $(TEST_BINS)
+
+deps:
+	@sh tools/setup.sh
 
 models:
-	@sh tools/fetch_models.sh
+	@bash tools/fetch_models.sh
 
 demo: models all
 	$(BUILD)/kvprobe generate -m models/gemma-3-270m-q4_k_m.gguf -p "The capital of France is" -n 16
 
 sanitize:
 	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g $(ARCHFLAGS) -fno-omit-frame-pointer" \
-	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all" test
+	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all" check
+
+# libFuzzer (clang): FUZZ_SECONDS of fuzzing over the committed corpus (seeds never modified).
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+fuzz: $(LIB_SRC) fuzz/fuzz_gguf.c
+	@mkdir -p build-fuzz/corpus
+	clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude $(FUZZ_CFLAGS) \
+	  -o build-fuzz/fuzz_gguf fuzz/fuzz_gguf.c $(LIB_SRC) -lpcre2-8 -lutf8proc -lcjson -lm -lpthread
+	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -max_len=131072 \
+	  build-fuzz/corpus fuzz/corpus/gguf
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -51,6 +51,7 @@ from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TQDM_DISABLE", "1")   # the legacy GGUF loader uses plain tqdm
 
 import numpy as np
 import torch

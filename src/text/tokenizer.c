@@ -468,15 +468,14 @@ static int bpe_split(const kvp_tokenizer *t, int lvl, const char *p, size_t len,
     while (pos <= len) {
         int m = pcre2_match(t->re[lvl], (PCRE2_SPTR)p, len, pos, PCRE2_NO_UTF_CHECK, md, NULL);
         if (m < 0) break;
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-        if (ov[0] > last && bpe_split(t, lvl + 1, p + last, ov[0] - last, md, out)) return -1;
-        if (ov[1] > ov[0] && bpe_split(t, lvl + 1, p + ov[0], ov[1] - ov[0], md, out)) return -1;
-        /* The recursion reused md; ov values were consumed above. */
-        size_t end = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
-        if (ov[1] > ov[0]) last = ov[1];
-        else last = ov[0];
-        while (end < len && (p[end] & 0xC0) == 0x80) end++; /* empty match: step one character */
-        pos = end;
+        /* Copy the match bounds: the recursion below reuses md. */
+        size_t m0 = pcre2_get_ovector_pointer(md)[0], m1 = pcre2_get_ovector_pointer(md)[1];
+        if (m0 > last && bpe_split(t, lvl + 1, p + last, m0 - last, md, out)) return -1;
+        if (m1 > m0 && bpe_split(t, lvl + 1, p + m0, m1 - m0, md, out)) return -1;
+        last = m1 > m0 ? m1 : m0;
+        size_t next = m1 > m0 ? m1 : m0 + 1;
+        while (next < len && (p[next] & 0xC0) == 0x80) next++; /* empty match: step one character */
+        pos = next;
     }
     return last < len ? bpe_split(t, lvl + 1, p + last, len - last, md, out) : 0;
 }
