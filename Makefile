@@ -47,7 +47,7 @@ test: deps models
 	@$(MAKE) --no-print-directory check
 
 check: all $(TEST_BINS)
-	@sh tests/run.sh $(TEST_BINS)
+	@KVPROBE=$(BUILD)/kvprobe sh tests/run.sh $(TEST_BINS) tests/cli/test_cli.sh
 
 deps:
 	@sh tools/setup.sh

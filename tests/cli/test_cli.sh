@@ -1,0 +1,87 @@
+#!/bin/sh
+# End-to-end checks of the kvprobe command: smoke runs on the real models, inspect output,
+# exit codes and error messages for bad input. Prints "ok - ..." / "not ok - ..." lines.
+KVPROBE=${KVPROBE:-build/kvprobe}
+GEMMA=models/gemma-3-270m-q4_k_m.gguf
+SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+check() { # check NAME COMMAND...: ok if the command succeeds
+    name=$1
+    shift
+    if "$@" >"$tmp/out" 2>&1; then echo "ok - $name"; else
+        echo "not ok - $name"
+        sed 's/^/#   /' "$tmp/out" | head -20
+    fi
+}
+
+# run CMD... ; sets $rc and leaves stdout in $tmp/stdout, stderr in $tmp/stderr
+run() {
+    "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+    rc=$?
+}
+
+run "$KVPROBE" generate -m "$SMOL" -p "The capital of France is" -n 8
+check "cli: SmolLM2-135M-Instruct continues 'The capital of France is' with Paris" grep -q Paris "$tmp/stdout"
+
+# Gemma 3 270M (base, Q4_K_M): transformers' greedy continuation on the same file is
+# " the capital of the country of France." (" Paris" ranks third at the first step), so the
+# smoke test checks that kvprobe prints exactly that.
+run "$KVPROBE" generate -m "$GEMMA" -p "The capital of France is" -n 8
+check "cli: Gemma 3 270M greedy continuation equals transformers'" \
+    grep -qx " the capital of the country of France." "$tmp/stdout"
+
+run "$KVPROBE" generate -m "$GEMMA" -p "The capital of France is" -n 24 --temp 0.8 --top-k 40 --top-p 0.95 --seed 7
+cp "$tmp/stdout" "$tmp/s1"
+run "$KVPROBE" generate -m "$GEMMA" -p "The capital of France is" -n 24 --temp 0.8 --top-k 40 --top-p 0.95 --seed 7
+check "cli: seeded sampling is reproducible" cmp -s "$tmp/s1" "$tmp/stdout"
+
+run "$KVPROBE" generate -m "$GEMMA" --tokens 2,818,5279,529,7001,563 -n 8 --ids -t 1
+check "cli: --tokens with --ids gives transformers' ids" \
+    grep -qx "506 5279 529 506 2891 529 7001 236761" "$tmp/stdout"
+
+run "$KVPROBE" inspect "$GEMMA"
+check "cli: inspect shows architecture, sliding layers and the tensor table" \
+    sh -c "grep -q 'architecture: gemma3 (supported)' $tmp/stdout && grep -q 'sliding window 512' $tmp/stdout &&
+           grep -Eq 'blk.0.attn_q.weight +Q5_0 +\\[640, 1024\\]' $tmp/stdout"
+
+run "$KVPROBE" inspect --json "$SMOL"
+check "cli: inspect --json is valid JSON with hparams and tensors" python3 -c "
+import json, sys
+d = json.load(open('$tmp/stdout'))
+assert d['architecture'] == 'llama' and d['supported'] and d['hparams']['n_layer'] == 30
+assert d['hparams']['rope_pairing'] == 'adjacent' and d['tokenizer']['model'] == 'gpt2'
+assert len(d['tensors']) == 272 and d['metadata']['tokenizer.ggml.tokens']['length'] == 49152
+"
+
+head -c 4096 "$SMOL" >"$tmp/trunc.gguf"
+run "$KVPROBE" inspect "$tmp/trunc.gguf"
+check "cli: truncated GGUF exits 2 naming file and offset" \
+    sh -c "[ $rc -eq 2 ] && grep -q 'trunc.gguf: .*at offset [0-9]*.*beyond end of file' $tmp/stderr"
+
+run "$KVPROBE" generate -m "$tmp/trunc.gguf" -p x
+check "cli: generate on a truncated GGUF exits 2" test "$rc" -eq 2
+
+run "$KVPROBE" inspect "$tmp/nonexistent.gguf"
+check "cli: missing file exits 1 with the reason" sh -c "[ $rc -eq 1 ] && grep -q 'cannot open' $tmp/stderr"
+
+# Unknown architecture: rewrite "llama" in general.architecture of a tiny fixture.
+python3 - "$tmp/arch.gguf" <<'PY'
+import sys
+b = bytearray(open("tests/fixtures/tiny-llama-f32.gguf", "rb").read())
+key = b"general.architecture"
+i = b.index(key) + len(key) + 4 + 8  # value type (u32) + string length (u64)
+assert b[i:i+5] == b"llama"
+b[i:i+5] = b"mamba"
+open(sys.argv[1], "wb").write(b)
+PY
+run "$KVPROBE" generate -m "$tmp/arch.gguf" --tokens 1,2,3 -n 2
+check "cli: unknown architecture exits 2 naming it" \
+    sh -c "[ $rc -eq 2 ] && grep -q \"unknown architecture 'mamba'\" $tmp/stderr"
+
+run "$KVPROBE" generate -m "$GEMMA" --tokens 2,999999 -n 2
+check "cli: out-of-range token id is rejected" sh -c "[ $rc -ne 0 ] && grep -q 'bad token id' $tmp/stderr"
+
+run "$KVPROBE" frobnicate
+check "cli: unknown command exits 1" test "$rc" -eq 1
