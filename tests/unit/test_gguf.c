@@ -261,6 +261,39 @@ int main(void) {
         CHECK(m == NULL && err.code == KVP_E_UNSUPPORTED && strstr(err.msg, "unknown architecture 'test'"), "%s", err.msg);
         kvp_model_free(m);
     }
+    TEST("model: a missing tensor and a wrong shape are named") {
+        FILE *fp = fopen("tests/fixtures/tiny-llama-f32.gguf", "rb");
+        CHECK(fp != NULL, "fixture missing");
+        if (!fp) continue;
+        fseek(fp, 0, SEEK_END);
+        long n = ftell(fp);
+        fseek(fp, 0, SEEK_SET);
+        uint8_t *orig = malloc((size_t)n), *c = malloc((size_t)n);
+        CHECK(fread(orig, 1, (size_t)n, fp) == (size_t)n, "read");
+        fclose(fp);
+        const char *name = "blk.2.ffn_up.weight";
+        uint8_t *at = memmem(orig, (size_t)n, name, strlen(name));
+        CHECK(at != NULL, "tensor name not found in fixture");
+        if (at) {
+            kvp_error err = {0};
+            memcpy(c, orig, (size_t)n);
+            c[at - orig + 10] = 'q'; /* blk.2.ffn_uq.weight */
+            gguf_file *f = gguf_parse_buffer(c, (size_t)n, "tiny.gguf", &err);
+            kvp_model *m = f ? kvp_model_from_gguf(f, &err) : NULL;
+            CHECK(!m && err.code == KVP_E_FORMAT && strstr(err.msg, "missing tensor 'blk.2.ffn_up.weight'"), "%s", err.msg);
+            kvp_model_free(m);
+            /* The name is followed by n_dims (u32) and ne[0] (u64): make the row length 32. */
+            memcpy(c, orig, (size_t)n);
+            uint64_t ne0 = 32;
+            memcpy(c + (at - orig) + strlen(name) + 4, &ne0, 8);
+            f = gguf_parse_buffer(c, (size_t)n, "tiny.gguf", &err);
+            m = f ? kvp_model_from_gguf(f, &err) : NULL;
+            CHECK(!m && strstr(err.msg, "tensor 'blk.2.ffn_up.weight' has shape [32, 128"), "%s", err.msg);
+            kvp_model_free(m);
+        }
+        free(orig);
+        free(c);
+    }
     free(good.p);
     return harness_finish();
 }
