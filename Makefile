@@ -38,7 +38,7 @@ $(BUILD)/libkvprobe.a: $(LIB_OBJ)
 $(BUILD)/kvprobe: $(CLI_OBJ) $(BUILD)/libkvprobe.a
 	$(CC) $(CFLAGS) $(KVP_CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkvprobe.a $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(BUILD)/libkvprobe.a
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h tests/unit/golden.h $(BUILD)/libkvprobe.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(KVP_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libkvprobe.a $(LDLIBS)
 

@@ -6,6 +6,7 @@
  *   - batching and threading do not change a single bit of the logits. */
 #include <stdint.h>
 
+#include "golden.h"
 #include "harness.h"
 #include "kvprobe/kvprobe.h"
 
@@ -22,15 +23,6 @@ typedef struct ref {
     const float *logits; /* [n_prompt + n_gen - 1][n_vocab] */
 } ref;
 
-static int32_t *int_array(const gguf_file *f, const char *key, int *n) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv || kv->value.type != GGUF_VT_ARRAY || !kv->value.v.arr.raw) return NULL;
-    *n = (int)kv->value.v.arr.n;
-    int32_t *a = malloc((size_t)*n * sizeof *a);
-    for (int i = 0; i < *n; i++) a[i] = (int32_t)gguf_arr_i64(&kv->value, (uint64_t)i);
-    return a;
-}
-
 static int load_ref(const char *name, ref *r) {
     char path[256];
     kvp_error err = {0};
@@ -40,8 +32,8 @@ static int load_ref(const char *name, ref *r) {
         NOTE("%s", err.msg);
         return -1;
     }
-    r->prompt = int_array(r->f, "ref.prompt_tokens", &r->n_prompt);
-    r->gen = int_array(r->f, "ref.generated_tokens", &r->n_gen);
+    r->prompt = golden_int_array(r->f, "ref.prompt_tokens", &r->n_prompt);
+    r->gen = golden_int_array(r->f, "ref.generated_tokens", &r->n_gen);
     const gguf_tensor *t = gguf_find_tensor(r->f, "logits");
     if (!r->prompt || !r->gen || !t || t->type != KVP_TYPE_F32 || t->ne[1] != r->n_prompt + r->n_gen - 1) return -1;
     r->n_vocab = (int)t->ne[0];

@@ -3,6 +3,7 @@
  * the first 32 tokens, logits are close, and our tokenizer produces HF's prompt ids. */
 #include <stdint.h>
 
+#include "golden.h"
 #include "harness.h"
 #include "kvprobe/kvprobe.h"
 
@@ -20,15 +21,6 @@ static const real_case CASES[] = {
     {"models/SmolLM2-135M-Instruct.Q4_1.gguf", "tests/golden/real-smollm2-135m.ref.gguf", "smollm2-135m Q4_1"},
 };
 
-static int32_t *int_array(const gguf_file *f, const char *key, int *n) {
-    const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv || kv->value.type != GGUF_VT_ARRAY || !kv->value.v.arr.raw) return NULL;
-    *n = (int)kv->value.v.arr.n;
-    int32_t *a = malloc((size_t)*n * sizeof *a);
-    for (int i = 0; i < *n; i++) a[i] = (int32_t)gguf_arr_i64(&kv->value, (uint64_t)i);
-    return a;
-}
-
 static void run_case(const real_case *rc) {
     char title[160];
     kvp_error err = {0};
@@ -44,8 +36,8 @@ static void run_case(const real_case *rc) {
         g = gguf_open(rc->golden, &err);
         CHECK(g != NULL, "%s", err.msg);
         if (g) {
-            prompt = int_array(g, "ref.prompt_tokens", &n_prompt);
-            gen = int_array(g, "ref.generated_tokens", &n_gen);
+            prompt = golden_int_array(g, "ref.prompt_tokens", &n_prompt);
+            gen = golden_int_array(g, "ref.generated_tokens", &n_gen);
             CHECK(prompt && gen && n_gen == 32, "golden arrays");
         }
     }
