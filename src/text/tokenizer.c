@@ -1,62 +1,13 @@
-/* Tokenizers from GGUF metadata: SentencePiece-style BPE by score (SPM) and byte-level BPE
- * by merge rank (GPT-2 family), with PCRE2 pre-tokenizer regexes chosen by
- * tokenizer.ggml.pre. */
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
+/* Tokenizer front end: loading from GGUF metadata, the special-token splitter, UTF-8
+ * cleaning and normalization, and decoding. The merge algorithms live in encode.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
-#include "../util/strmap.h"
-#include "kvprobe/tokenizer.h"
+#include "tokenizer_impl.h"
 
-#define MAX_REGEX 3
-
-struct kvp_tokenizer {
-    kvp_vocab_kind kind;
-    int n_vocab;
-    gguf_str *text;   /* [n_vocab] into the GGUF mapping */
-    float *score;     /* [n_vocab] (SPM) */
-    int32_t *type;    /* [n_vocab] */
-    strmap by_text;
-    strmap merge_rank; /* "left right" -> rank (BPE) */
-    char **merge_keys; /* owned copies backing merge_rank when needed */
-    int32_t bos, eos, eot, eom;
-    int add_bos;
-    int ignore_merges;
-    int32_t byte_token[256]; /* SPM: <0xXX> ids; BPE: id of each byte's mapped char */
-    uint16_t byte_to_cp[256]; /* GPT-2 bytes_to_unicode */
-    int16_t cp_to_byte[324];
-    pcre2_code *re[MAX_REGEX];
-    int n_re;
-    uint8_t *eog;     /* [n_vocab] */
-};
-
-/* ---- loading ----------------------------------------------------------------------------- */
-
-static void init_byte_map(kvp_tokenizer *t) {
-    int n = 0;
-    for (int i = 0; i < 324; i++) t->cp_to_byte[i] = -1;
-    for (int b = 0; b < 256; b++) {
-        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-        t->byte_to_cp[b] = (uint16_t)(printable ? b : 256 + n++);
-        t->cp_to_byte[t->byte_to_cp[b]] = (int16_t)b;
-    }
-}
-
-static int load_special(kvp_tokenizer *t, const gguf_file *f, const char *key, int32_t *out, kvp_error *err) {
-    int64_t v;
-    *out = -1;
-    int rc = gguf_get_i64(f, key, &v, err);
-    if (rc == 1) return 0;
-    if (rc) return rc;
-    if (v < 0 || v >= t->n_vocab)
-        return kvp_fail(err, KVP_E_FORMAT, "%s: %s = %lld is not a token id (vocabulary has %d)", f->path, key,
-                        (long long)v, t->n_vocab);
-    *out = (int32_t)v;
-    return 0;
-}
+/* ---- pre-tokenizers by tokenizer.ggml.pre ------------------------------------------------ */
 
 static const char *const REGEX_GPT2 =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
@@ -69,46 +20,126 @@ static const char *const REGEX_QWEN2 =
 
 static const struct pre_def {
     const char *name;
-    int ignore_merges;
-    const char *re[MAX_REGEX];
+    int ignore_merges, nfc;
+    const char *re[TOK_MAX_REGEX + 1];
 } PRE_DEFS[] = {
-    {"default", 0, {REGEX_GPT2}},
-    {"gpt2", 0, {REGEX_GPT2}},
-    {"llama3", 1, {REGEX_LLAMA3}},
-    {"llama-v3", 1, {REGEX_LLAMA3}},
-    {"llama-bpe", 1, {REGEX_LLAMA3}},
-    {"qwen2", 0, {REGEX_QWEN2}},
-    {"smollm", 0, {"\\p{N}", REGEX_GPT2}},
-    {"starcoder", 0, {"\\p{N}", REGEX_GPT2}},
+    {"default", 0, 0, {REGEX_GPT2}},
+    {"gpt2", 0, 0, {REGEX_GPT2}},
+    {"llama3", 1, 0, {REGEX_LLAMA3}},
+    {"llama-v3", 1, 0, {REGEX_LLAMA3}},
+    {"llama-bpe", 1, 0, {REGEX_LLAMA3}},
+    {"qwen2", 0, 1, {REGEX_QWEN2}}, /* Qwen2/2.5/3: HF declares an NFC normalizer */
+    {"smollm", 0, 0, {"\\p{N}", REGEX_GPT2}},
+    {"starcoder", 0, 0, {"\\p{N}", REGEX_GPT2}},
 };
 
-static int compile_pre(kvp_tokenizer *t, const gguf_file *f, kvp_error *err) {
+int tok_set_regexes(kvp_tokenizer *t, const char *const *patterns, kvp_error *err) {
+    for (int i = 0; i < TOK_MAX_REGEX && patterns[i]; i++) {
+        int ec;
+        PCRE2_SIZE eo;
+        t->re[i] = pcre2_compile((PCRE2_SPTR)patterns[i], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+        if (!t->re[i]) {
+            PCRE2_UCHAR msg[128];
+            pcre2_get_error_message(ec, msg, sizeof msg);
+            return kvp_fail(err, KVP_E_UNSUPPORTED, "pre-tokenizer regex does not compile at %zu: %s", (size_t)eo,
+                            (const char *)msg);
+        }
+        pcre2_jit_compile(t->re[i], PCRE2_JIT_COMPLETE); /* the interpreter is the fallback */
+        t->n_re = i + 1;
+    }
+    return 0;
+}
+
+static int gguf_pre(kvp_tokenizer *t, const gguf_file *f, kvp_error *err) {
     gguf_str pre = {"default", 7};
     int rc = gguf_get_str(f, "tokenizer.ggml.pre", &pre, err);
     if (rc > 1) return rc;
-    const struct pre_def *def = NULL;
     for (size_t i = 0; i < sizeof PRE_DEFS / sizeof PRE_DEFS[0]; i++)
-        if (gguf_str_eq(pre, PRE_DEFS[i].name)) def = &PRE_DEFS[i];
-    if (!def)
-        return kvp_fail(err, KVP_E_UNSUPPORTED, "%s: pre-tokenizer '%.*s' is not supported", f->path,
-                        (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
-    t->ignore_merges = def->ignore_merges;
-    for (int i = 0; i < MAX_REGEX && def->re[i]; i++) {
-        int ec;
-        PCRE2_SIZE eo;
-        t->re[i] = pcre2_compile((PCRE2_SPTR)def->re[i], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK,
-                                 &ec, &eo, NULL);
-        if (!t->re[i]) return kvp_fail(err, KVP_E_INVALID, "internal: pre-tokenizer regex %d failed at %zu", i, (size_t)eo);
-        pcre2_jit_compile(t->re[i], PCRE2_JIT_COMPLETE); /* falls back to the interpreter if JIT is unavailable */
-        t->n_re = i + 1;
+        if (gguf_str_eq(pre, PRE_DEFS[i].name)) {
+            t->ignore_merges = PRE_DEFS[i].ignore_merges;
+            t->nfc = PRE_DEFS[i].nfc;
+            return tok_set_regexes(t, PRE_DEFS[i].re, err);
+        }
+    return kvp_fail(err, KVP_E_UNSUPPORTED, "%s: pre-tokenizer '%.*s' is not supported", f->path,
+                    (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
+}
+
+/* ---- loading ----------------------------------------------------------------------------- */
+
+static int is_eog_text(const char *p, size_t n) {
+    static const char *const names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                        "<|eom_id|>", "<EOT>", "<|end_of_text|>", "<eos>"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == n && !memcmp(p, names[i], n)) return 1;
+    return 0;
+}
+
+static int by_first_byte(const void *a, const void *b, void *ctx) {
+    const kvp_tokenizer *t = ctx;
+    const struct tok_str *x = &t->text[*(const int32_t *)a], *y = &t->text[*(const int32_t *)b];
+    unsigned char fx = (unsigned char)x->ptr[0], fy = (unsigned char)y->ptr[0];
+    if (fx != fy) return fx - fy;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1; /* longest first */
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+int tok_finish_load(kvp_tokenizer *t, kvp_error *err) {
+    t->eog = calloc((size_t)t->n_vocab, 1);
+    t->special_ids = malloc((size_t)t->n_vocab * sizeof *t->special_ids);
+    if (!t->eog || !t->special_ids) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
+    for (int i = 0; i < t->n_vocab; i++) {
+        int ty = t->type[i];
+        if ((ty == KVP_TOK_CONTROL || ty == KVP_TOK_USER_DEFINED) && t->text[i].len > 0) {
+            t->special_ids[t->n_special++] = i;
+            if (is_eog_text(t->text[i].ptr, t->text[i].len)) t->eog[i] = 1;
+        }
     }
+    qsort_r(t->special_ids, (size_t)t->n_special, sizeof *t->special_ids, by_first_byte, t);
+    for (int b = 0, k = 0; b <= 256; b++) {
+        while (k < t->n_special && (unsigned char)t->text[t->special_ids[k]].ptr[0] < b) k++;
+        t->special_first[b] = k;
+    }
+    int32_t ids[] = {t->eos, t->eot, t->eom};
+    for (int i = 0; i < 3; i++)
+        if (ids[i] >= 0) t->eog[ids[i]] = 1;
+    int n = 0;
+    for (int i = 0; i < 324; i++) t->cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        t->byte_to_cp[b] = (uint16_t)(printable ? b : 256 + n++);
+        t->cp_to_byte[t->byte_to_cp[b]] = (int16_t)b;
+    }
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        int len;
+        if (t->byte_level) {
+            len = (int)utf8proc_encode_char(t->byte_to_cp[b], (utf8proc_uint8_t *)name);
+        } else {
+            len = snprintf(name, sizeof name, "<0x%02X>", b);
+        }
+        t->byte_token[b] = strmap_get(&t->by_text, name, (size_t)len);
+    }
+    return 0;
+}
+
+static int load_special_id(kvp_tokenizer *t, const gguf_file *f, const char *key, int32_t *out, kvp_error *err) {
+    int64_t v;
+    *out = -1;
+    int rc = gguf_get_i64(f, key, &v, err);
+    if (rc == 1) return 0;
+    if (rc) return rc;
+    if (v < 0 || v >= t->n_vocab)
+        return kvp_fail(err, KVP_E_FORMAT, "%s: %s = %lld is not a token id (vocabulary has %d)", f->path, key,
+                        (long long)v, t->n_vocab);
+    *out = (int32_t)v;
     return 0;
 }
 
 static int load_merges(kvp_tokenizer *t, const gguf_file *f, kvp_error *err) {
     const gguf_kv *kv = gguf_find_kv(f, "tokenizer.ggml.merges");
     if (!kv) return 0;
-    if (kv->value.type != GGUF_VT_ARRAY || kv->value.v.arr.elem_type != GGUF_VT_STRING)
+    if (kv->value.type != GGUF_VT_ARRAY ||
+        (kv->value.v.arr.n > 0 && kv->value.v.arr.elem_type != GGUF_VT_STRING))
         return kvp_fail(err, KVP_E_FORMAT, "%s: tokenizer.ggml.merges must be a string array", f->path);
     uint64_t n = kv->value.v.arr.n;
     if (strmap_init(&t->merge_rank, n)) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
@@ -116,14 +147,6 @@ static int load_merges(kvp_tokenizer *t, const gguf_file *f, kvp_error *err) {
         gguf_str s = kv->value.v.arr.elems[i].v.s;
         if (strmap_put(&t->merge_rank, s.ptr, s.len, (int32_t)i)) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
     }
-    return 0;
-}
-
-static int is_eog_text(gguf_str s) {
-    static const char *const names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                                        "<|eom_id|>", "<EOT>", "<|end_of_text|>", "<eos>"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (gguf_str_eq(s, names[i])) return 1;
     return 0;
 }
 
@@ -140,9 +163,16 @@ kvp_tokenizer *kvp_tokenizer_load(const gguf_file *f, kvp_error *err) {
         goto fail;
     }
     if (rc) goto fail;
-    if (gguf_str_eq(model, "llama")) t->kind = KVP_VOCAB_SPM;
-    else if (gguf_str_eq(model, "gpt2")) t->kind = KVP_VOCAB_BPE;
-    else {
+    if (gguf_str_eq(model, "llama")) {
+        t->kind = KVP_VOCAB_SPM;
+        t->algo = TOK_ALGO_SPM;
+        t->space_to_meta = 1;
+        t->byte_fallback = 1;
+    } else if (gguf_str_eq(model, "gpt2")) {
+        t->kind = KVP_VOCAB_BPE;
+        t->algo = TOK_ALGO_BPE;
+        t->byte_level = 1;
+    } else {
         kvp_fail(err, KVP_E_UNSUPPORTED, "%s: tokenizer model '%.*s' is not supported (llama, gpt2)", f->path,
                  (int)(model.len > 64 ? 64 : model.len), model.ptr);
         goto fail;
@@ -157,13 +187,11 @@ kvp_tokenizer *kvp_tokenizer_load(const gguf_file *f, kvp_error *err) {
     t->text = calloc((size_t)t->n_vocab, sizeof *t->text);
     t->score = calloc((size_t)t->n_vocab, sizeof *t->score);
     t->type = calloc((size_t)t->n_vocab, sizeof *t->type);
-    t->eog = calloc((size_t)t->n_vocab, 1);
-    if (!t->text || !t->score || !t->type || !t->eog || strmap_init(&t->by_text, (size_t)t->n_vocab)) {
+    if (!t->text || !t->score || !t->type || strmap_init(&t->by_text, (size_t)t->n_vocab)) {
         kvp_fail(err, KVP_E_NOMEM, "out of memory");
         goto fail;
     }
-    const gguf_kv *sc = gguf_find_kv(f, "tokenizer.ggml.scores");
-    const gguf_kv *ty = gguf_find_kv(f, "tokenizer.ggml.token_type");
+    const gguf_kv *sc = gguf_find_kv(f, "tokenizer.ggml.scores"), *ty = gguf_find_kv(f, "tokenizer.ggml.token_type");
     if (sc && (sc->value.type != GGUF_VT_ARRAY || sc->value.v.arr.n != (uint64_t)t->n_vocab || !sc->value.v.arr.raw ||
                sc->value.v.arr.elem_type == GGUF_VT_BOOL)) {
         kvp_fail(err, KVP_E_FORMAT, "%s: tokenizer.ggml.scores must be a numeric array of %d", f->path, t->n_vocab);
@@ -174,39 +202,26 @@ kvp_tokenizer *kvp_tokenizer_load(const gguf_file *f, kvp_error *err) {
         goto fail;
     }
     for (int i = 0; i < t->n_vocab; i++) {
-        t->text[i] = tk->value.v.arr.elems[i].v.s;
+        gguf_str s = tk->value.v.arr.elems[i].v.s;
+        t->text[i].ptr = s.ptr;
+        t->text[i].len = s.len;
         t->score[i] = sc ? (float)gguf_arr_f64(&sc->value, (uint64_t)i) : 0.0f;
         t->type[i] = ty ? (int32_t)gguf_arr_i64(&ty->value, (uint64_t)i) : KVP_TOK_NORMAL;
-        if (strmap_put(&t->by_text, t->text[i].ptr, t->text[i].len, i)) {
+        if (strmap_put(&t->by_text, s.ptr, s.len, i)) {
             kvp_fail(err, KVP_E_NOMEM, "out of memory");
             goto fail;
         }
-        if ((t->type[i] == KVP_TOK_CONTROL || t->type[i] == KVP_TOK_USER_DEFINED) && is_eog_text(t->text[i]))
-            t->eog[i] = 1;
     }
-    if (load_special(t, f, "tokenizer.ggml.bos_token_id", &t->bos, err) ||
-        load_special(t, f, "tokenizer.ggml.eos_token_id", &t->eos, err) ||
-        load_special(t, f, "tokenizer.ggml.eot_token_id", &t->eot, err) ||
-        load_special(t, f, "tokenizer.ggml.eom_token_id", &t->eom, err))
+    if (load_special_id(t, f, "tokenizer.ggml.bos_token_id", &t->bos, err) ||
+        load_special_id(t, f, "tokenizer.ggml.eos_token_id", &t->eos, err) ||
+        load_special_id(t, f, "tokenizer.ggml.eot_token_id", &t->eot, err) ||
+        load_special_id(t, f, "tokenizer.ggml.eom_token_id", &t->eom, err) ||
+        load_special_id(t, f, "tokenizer.ggml.unknown_token_id", &t->unk, err))
         goto fail;
-    int32_t ids[] = {t->eos, t->eot, t->eom};
-    for (int i = 0; i < 3; i++)
-        if (ids[i] >= 0) t->eog[ids[i]] = 1;
     t->add_bos = t->kind == KVP_VOCAB_SPM;
     if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos, err) > 1) goto fail;
-    init_byte_map(t);
-    char name[8];
-    for (int b = 0; b < 256; b++) {
-        if (t->kind == KVP_VOCAB_SPM) {
-            snprintf(name, sizeof name, "<0x%02X>", b);
-            t->byte_token[b] = strmap_get(&t->by_text, name, 6);
-        } else {
-            char u[4];
-            int n = (int)utf8proc_encode_char(t->byte_to_cp[b], (utf8proc_uint8_t *)u);
-            t->byte_token[b] = strmap_get(&t->by_text, u, (size_t)n);
-        }
-    }
-    if (t->kind == KVP_VOCAB_BPE && (load_merges(t, f, err) || compile_pre(t, f, err))) goto fail;
+    if (t->kind == KVP_VOCAB_BPE && (load_merges(t, f, err) || gguf_pre(t, f, err))) goto fail;
+    if (tok_finish_load(t, err)) goto fail;
     return t;
 fail:
     kvp_tokenizer_free(t);
@@ -215,10 +230,16 @@ fail:
 
 void kvp_tokenizer_free(kvp_tokenizer *t) {
     if (!t) return;
+    if (t->owned_text) {
+        for (int i = 0; i < t->n_vocab; i++) free(t->owned_text[i]);
+        free(t->owned_text);
+    }
     free(t->text);
     free(t->score);
     free(t->type);
     free(t->eog);
+    free(t->special_ids);
+    free(t->merge_blob);
     strmap_free(&t->by_text);
     strmap_free(&t->merge_rank);
     for (int i = 0; i < t->n_re; i++) pcre2_code_free(t->re[i]);
@@ -246,333 +267,203 @@ int32_t kvp_token_lookup(const kvp_tokenizer *t, const char *text, size_t len) {
     return strmap_get(&t->by_text, text, len);
 }
 
-/* ---- output buffer ----------------------------------------------------------------------- */
+/* ---- cleaning: invalid UTF-8 -> U+FFFD (maximal subparts, as Python's decode) ------------ */
 
-typedef struct tokbuf {
-    int32_t *ids;
-    int n, cap;
-} tokbuf;
-
-static int push(tokbuf *b, int32_t id) {
-    if (b->n == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 64;
-        int32_t *p = realloc(b->ids, (size_t)cap * sizeof *p);
-        if (!p) return -1;
-        b->ids = p;
-        b->cap = cap;
+/* Length of the valid UTF-8 sequence at p (1..4), or -k where k >= 1 bytes form a maximal
+ * invalid subpart to be replaced by one U+FFFD. */
+static int utf8_step(const unsigned char *p, size_t left) {
+    unsigned char c = p[0];
+    if (c < 0x80) return 1;
+    int need;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c == 0xE0) need = 2, lo = 0xA0;
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) need = 2;
+    else if (c == 0xED) need = 2, hi = 0x9F;
+    else if (c == 0xF0) need = 3, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) need = 3;
+    else if (c == 0xF4) need = 3, hi = 0x8F;
+    else return -1;
+    for (int k = 1; k <= need; k++) {
+        if ((size_t)k >= left) return -k;
+        unsigned char b = p[k];
+        if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return -k;
     }
-    b->ids[b->n++] = id;
-    return 0;
+    return need + 1;
 }
 
-/* ---- SPM: merge the adjacent pair with the highest score --------------------------------- */
-
-typedef struct spm_sym {
-    int prev, next;
-    const char *p;
-    int len; /* 0 once merged away */
-} spm_sym;
-
-typedef struct spm_bigram {
-    float score;
-    int left, len;
-} spm_bigram;
-
-typedef struct heap {
-    spm_bigram *a;
-    int n, cap;
-} heap;
-
-static int bigram_before(const spm_bigram *x, const spm_bigram *y) { /* higher score, then leftmost */
-    return x->score > y->score || (x->score == y->score && x->left < y->left);
-}
-
-static int heap_push(heap *h, spm_bigram b) {
-    if (h->n == h->cap) {
-        int cap = h->cap ? 2 * h->cap : 64;
-        spm_bigram *p = realloc(h->a, (size_t)cap * sizeof *p);
-        if (!p) return -1;
-        h->a = p;
-        h->cap = cap;
-    }
-    int i = h->n++;
-    while (i > 0 && bigram_before(&b, &h->a[(i - 1) / 2])) {
-        h->a[i] = h->a[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->a[i] = b;
-    return 0;
-}
-
-static spm_bigram heap_pop(heap *h) {
-    spm_bigram top = h->a[0], last = h->a[--h->n];
-    int i = 0;
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bigram_before(&h->a[c + 1], &h->a[c])) c++;
-        if (!bigram_before(&h->a[c], &last)) break;
-        h->a[i] = h->a[c];
-        i = c;
-    }
-    if (h->n) h->a[i] = last;
-    return top;
-}
-
-static int spm_try_bigram(const kvp_tokenizer *t, heap *h, spm_sym *s, int l, int r) {
-    if (l < 0 || r < 0) return 0;
-    int32_t id = strmap_get(&t->by_text, s[l].p, (size_t)(s[l].len + s[r].len));
-    if (id < 0) return 0;
-    return heap_push(h, (spm_bigram){t->score[id], l, s[l].len + s[r].len});
-}
-
-static int spm_emit(const kvp_tokenizer *t, tokbuf *out, const char *p, int len) {
-    int32_t id = strmap_get(&t->by_text, p, (size_t)len);
-    if (id >= 0) return push(out, id);
-    for (int i = 0; i < len; i++) { /* byte fallback */
-        int32_t b = t->byte_token[(unsigned char)p[i]];
-        if (push(out, b >= 0 ? b : (t->type && t->n_vocab > 0 ? 0 : 0))) return -1;
-    }
-    return 0;
-}
-
-static int spm_encode(const kvp_tokenizer *t, const char *text, size_t len, tokbuf *out, kvp_error *err) {
-    /* Spaces become U+2581 '▁'. */
-    size_t nsp = 0;
-    for (size_t i = 0; i < len; i++) nsp += text[i] == ' ';
-    char *esc = malloc(len + 2 * nsp + 1);
-    spm_sym *sym = malloc((len + 1) * sizeof *sym);
-    heap h = {0};
-    int rc = 0;
-    if (!esc || !sym) goto oom;
+int kvp_utf8_clean(const char *text, size_t len, char **out, size_t *out_len, int *n_replaced) {
+    char *b = malloc(len * 3 + 1); /* each invalid byte grows to at most 3 */
+    if (!b) return -1;
     size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (text[i] == ' ') {
-            memcpy(esc + n, "\xE2\x96\x81", 3);
-            n += 3;
+    int rep = 0;
+    for (size_t i = 0; i < len;) {
+        int s = utf8_step((const unsigned char *)text + i, len - i);
+        if (s > 0) {
+            memcpy(b + n, text + i, (size_t)s);
+            n += (size_t)s;
+            i += (size_t)s;
         } else {
-            esc[n++] = text[i];
+            memcpy(b + n, "\xEF\xBF\xBD", 3);
+            n += 3;
+            i += (size_t)-s;
+            rep++;
         }
     }
-    int ns = 0;
-    for (size_t i = 0; i < n;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t cl = utf8proc_iterate((const utf8proc_uint8_t *)esc + i, (utf8proc_ssize_t)(n - i), &cp);
-        if (cl <= 0) cl = 1; /* validated by the caller; keep going byte-wise regardless */
-        sym[ns] = (spm_sym){ns - 1, ns + 1, esc + i, (int)cl};
-        ns++;
-        i += (size_t)cl;
+    b[n] = 0;
+    *out = b;
+    *out_len = n;
+    if (n_replaced) *n_replaced = rep;
+    return 0;
+}
+
+/* ---- tokenize ---------------------------------------------------------------------------- */
+
+/* Longest special token starting at p that may be matched here, or -1. */
+static int32_t special_at(const kvp_tokenizer *t, const char *p, size_t left, int allow_control, size_t *mlen) {
+    unsigned char b = (unsigned char)p[0];
+    for (int k = t->special_first[b]; k < t->special_first[b + 1]; k++) { /* longest first */
+        int32_t id = t->special_ids[k];
+        size_t l = t->text[id].len;
+        if (l > left || memcmp(p, t->text[id].ptr, l) != 0) continue;
+        if (t->type[id] == KVP_TOK_CONTROL && !allow_control) continue;
+        *mlen = l;
+        return id;
     }
-    if (ns) sym[ns - 1].next = -1;
-    for (int i = 0; i + 1 < ns; i++)
-        if (spm_try_bigram(t, &h, sym, i, i + 1)) goto oom;
-    while (h.n) {
-        spm_bigram b = heap_pop(&h);
-        spm_sym *l = &sym[b.left];
-        if (l->len == 0 || l->next < 0 || l->len + sym[l->next].len != b.len) continue; /* stale */
-        spm_sym *r = &sym[l->next];
-        l->len += r->len;
-        r->len = 0;
-        l->next = r->next;
-        if (r->next >= 0) sym[r->next].prev = b.left;
-        if (spm_try_bigram(t, &h, sym, l->prev, b.left) || spm_try_bigram(t, &h, sym, b.left, l->next)) goto oom;
+    return -1;
+}
+
+/* Normalize (NFC where declared) and encode one plain segment of the cleaned text, appending
+ * its normalized bytes to *norm so offsets stay meaningful. */
+static int encode_segment(const kvp_tokenizer *t, const char *p, size_t len, tok_out *out, char **norm, size_t *nlen,
+                          size_t *ncap) {
+    const char *src = p;
+    size_t slen = len;
+    utf8proc_uint8_t *nfc = NULL;
+    if (t->nfc && len) {
+        utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)p, (utf8proc_ssize_t)len, &nfc,
+                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        if (r < 0) return -1;
+        src = (const char *)nfc;
+        slen = (size_t)r;
     }
-    for (int i = 0; ns && i >= 0; i = sym[i].next)
-        if (spm_emit(t, out, sym[i].p, sym[i].len)) goto oom;
-    goto done;
-oom:
-    rc = kvp_fail(err, KVP_E_NOMEM, "out of memory while tokenizing");
-done:
-    free(esc);
-    free(sym);
-    free(h.a);
+    if (*nlen + slen + 1 > *ncap) {
+        size_t cap = (*nlen + slen + 1) * 2;
+        char *q = realloc(*norm, cap);
+        if (!q) {
+            free(nfc);
+            return -1;
+        }
+        *norm = q;
+        *ncap = cap;
+    }
+    memcpy(*norm + *nlen, src, slen);
+    int rc = tok_encode_plain(t, *norm + *nlen, slen, *nlen, out);
+    *nlen += slen;
+    free(nfc);
     return rc;
 }
 
-/* ---- BPE: byte-level, merge the adjacent pair with the lowest rank ----------------------- */
-
-static int32_t merge_rank(const kvp_tokenizer *t, const char *a, int al, const char *b, int bl, char *scratch) {
-    memcpy(scratch, a, (size_t)al);
-    scratch[al] = ' ';
-    memcpy(scratch + al + 1, b, (size_t)bl);
-    return strmap_get(&t->merge_rank, scratch, (size_t)(al + bl + 1));
-}
-
-static int bpe_piece(const kvp_tokenizer *t, const char *piece, size_t len, tokbuf *out) {
-    /* Map bytes to GPT-2 code points (each 1-2 UTF-8 bytes). */
-    char *enc = malloc(len * 2 + 1), *scratch = malloc(len * 4 + 2);
-    int *start = malloc((len + 1) * sizeof *start), *slen = malloc((len + 1) * sizeof *slen);
-    int rc = -1;
-    if (!enc || !scratch || !start || !slen) goto done;
-    int n = 0, ns = 0;
-    for (size_t i = 0; i < len; i++) {
-        int cl = (int)utf8proc_encode_char(t->byte_to_cp[(unsigned char)piece[i]], (utf8proc_uint8_t *)enc + n);
-        start[ns] = n;
-        slen[ns++] = cl;
-        n += cl;
-    }
-    if (t->ignore_merges) {
-        int32_t id = strmap_get(&t->by_text, enc, (size_t)n);
-        if (id >= 0) {
-            rc = push(out, id);
-            goto done;
-        }
-    }
-    /* Symbols are contiguous spans of enc; merging joins a span with its right neighbour. */
-    for (;;) {
-        int best = -1;
-        int32_t best_rank = INT32_MAX;
-        for (int i = 0; i + 1 < ns; i++) {
-            int32_t r = merge_rank(t, enc + start[i], slen[i], enc + start[i + 1], slen[i + 1], scratch);
-            if (r >= 0 && r < best_rank) {
-                best_rank = r;
-                best = i;
-            }
-        }
-        if (best < 0) break;
-        slen[best] += slen[best + 1];
-        memmove(start + best + 1, start + best + 2, (size_t)(ns - best - 2) * sizeof *start);
-        memmove(slen + best + 1, slen + best + 2, (size_t)(ns - best - 2) * sizeof *slen);
-        ns--;
-    }
-    for (int i = 0; i < ns; i++) {
-        int32_t id = strmap_get(&t->by_text, enc + start[i], (size_t)slen[i]);
-        if (id >= 0) {
-            if (push(out, id)) goto done;
+int kvp_tokenize_ex(const kvp_tokenizer *t, const char *text, size_t len, const kvp_tok_opts *opts, kvp_tokens *res,
+                    kvp_error *err) {
+    memset(res, 0, sizeof *res);
+    kvp_tok_opts def = {0};
+    if (!opts) opts = &def;
+    char *clean = NULL, *norm = NULL;
+    size_t clen = 0, nlen = 0, ncap = 0;
+    tok_out out = {0};
+    if (kvp_utf8_clean(text, len, &clean, &clen, &res->n_replaced)) goto oom;
+    if (opts->special_mask && res->n_replaced)
+        return free(clean), kvp_fail(err, KVP_E_INVALID, "tokenize: a special-token mask needs valid UTF-8 input");
+    if (opts->add_bos && t->bos >= 0 && tok_push(&out, t->bos, 0)) goto oom;
+    size_t seg = 0;
+    for (size_t i = 0; i < clen;) {
+        size_t ml = 0;
+        int allow = opts->special_mask ? opts->special_mask[i] : opts->parse_special;
+        int32_t id = t->n_special ? special_at(t, clean + i, clen - i, allow, &ml) : -1;
+        out.ops++;
+        if (id < 0) {
+            i++;
             continue;
         }
-        for (int j = 0; j < slen[i];) { /* unknown symbol: one token per mapped byte */
-            utf8proc_int32_t cp;
-            utf8proc_ssize_t cl = utf8proc_iterate((const utf8proc_uint8_t *)enc + start[i] + j, slen[i] - j, &cp);
-            if (cl <= 0 || cp < 0 || cp >= 324 || t->cp_to_byte[cp] < 0) break;
-            int32_t b = t->byte_token[t->cp_to_byte[cp]];
-            if (b >= 0 && push(out, b)) goto done;
-            j += (int)cl;
+        if (i > seg && encode_segment(t, clean + seg, i - seg, &out, &norm, &nlen, &ncap)) goto oom;
+        /* specials are copied verbatim into the normalized text */
+        if (nlen + ml + 1 > ncap) {
+            char *q = realloc(norm, ncap = (nlen + ml + 1) * 2);
+            if (!q) goto oom;
+            norm = q;
         }
+        memcpy(norm + nlen, clean + i, ml);
+        if (tok_push(&out, id, nlen)) goto oom;
+        nlen += ml;
+        i += ml;
+        seg = i;
     }
-    rc = 0;
-done:
-    free(enc);
-    free(scratch);
-    free(start);
-    free(slen);
-    return rc;
-}
-
-/* Split [p, p+len) with regex level `lvl`, recursing into the next level for every match
- * and every gap between matches; the last level's fragments are BPE-encoded. */
-static int bpe_split(const kvp_tokenizer *t, int lvl, const char *p, size_t len, pcre2_match_data *md, tokbuf *out) {
-    if (len == 0) return 0;
-    if (lvl == t->n_re) return bpe_piece(t, p, len, out);
-    size_t pos = 0, last = 0;
-    while (pos <= len) {
-        int m = pcre2_match(t->re[lvl], (PCRE2_SPTR)p, len, pos, PCRE2_NO_UTF_CHECK, md, NULL);
-        if (m < 0) break;
-        /* Copy the match bounds: the recursion below reuses md. */
-        size_t m0 = pcre2_get_ovector_pointer(md)[0], m1 = pcre2_get_ovector_pointer(md)[1];
-        if (m0 > last && bpe_split(t, lvl + 1, p + last, m0 - last, md, out)) return -1;
-        if (m1 > m0 && bpe_split(t, lvl + 1, p + m0, m1 - m0, md, out)) return -1;
-        last = m1 > m0 ? m1 : m0;
-        size_t next = m1 > m0 ? m1 : m0 + 1;
-        while (next < len && (p[next] & 0xC0) == 0x80) next++; /* empty match: step one character */
-        pos = next;
-    }
-    return last < len ? bpe_split(t, lvl + 1, p + last, len - last, md, out) : 0;
-}
-
-static int bpe_encode(const kvp_tokenizer *t, const char *text, size_t len, tokbuf *out, kvp_error *err) {
-    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
-    if (!md) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
-    int rc = bpe_split(t, 0, text, len, md, out);
-    pcre2_match_data_free(md);
-    return rc ? kvp_fail(err, KVP_E_NOMEM, "out of memory while tokenizing") : 0;
-}
-
-/* ---- entry points ------------------------------------------------------------------------ */
-
-static int check_utf8(const char *text, size_t len, kvp_error *err) {
-    for (size_t i = 0; i < len;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t cl = utf8proc_iterate((const utf8proc_uint8_t *)text + i, (utf8proc_ssize_t)(len - i), &cp);
-        if (cl <= 0) return kvp_fail(err, KVP_E_FORMAT, "invalid UTF-8 at byte %zu", i);
-        i += (size_t)cl;
-    }
+    if (clen > seg && encode_segment(t, clean + seg, clen - seg, &out, &norm, &nlen, &ncap)) goto oom;
+    if (!norm && !(norm = malloc(1))) goto oom;
+    norm[nlen] = 0;
+    free(clean);
+    res->ids = out.ids;
+    res->offsets = out.offs;
+    res->n = out.n;
+    res->text = norm;
+    res->text_len = nlen;
+    res->ops = out.ops;
     return 0;
+oom:
+    free(clean);
+    free(norm);
+    free(out.ids);
+    free(out.offs);
+    return kvp_fail(err, KVP_E_NOMEM, "out of memory while tokenizing");
 }
 
-/* Encode plain text (no special-token parsing) into out. */
-static int encode_text(const kvp_tokenizer *t, const char *text, size_t len, tokbuf *out, kvp_error *err) {
-    return t->kind == KVP_VOCAB_SPM ? spm_encode(t, text, len, out, err) : bpe_encode(t, text, len, out, err);
-}
-
-/* Longest control/user-defined token whose text starts at p, or -1. */
-static int32_t special_at(const kvp_tokenizer *t, const char *p, size_t left, size_t *mlen) {
-    int32_t best = -1;
-    size_t bl = 0;
-    for (int i = 0; i < t->n_vocab; i++) {
-        if (t->type[i] != KVP_TOK_CONTROL && t->type[i] != KVP_TOK_USER_DEFINED) continue;
-        size_t l = t->text[i].len;
-        if (l > bl && l <= left && memcmp(p, t->text[i].ptr, l) == 0) {
-            best = i;
-            bl = l;
-        }
-    }
-    *mlen = bl;
-    return best;
+void kvp_tokens_free(kvp_tokens *r) {
+    free(r->ids);
+    free(r->offsets);
+    free(r->text);
+    memset(r, 0, sizeof *r);
 }
 
 int kvp_tokenize(const kvp_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special, int32_t **out,
                  int *n_out, kvp_error *err) {
-    tokbuf b = {0};
+    kvp_tok_opts o = {.add_bos = add_bos, .parse_special = parse_special};
+    kvp_tokens r;
     *out = NULL;
     *n_out = 0;
-    if (check_utf8(text, len, err)) return err->code;
-    if (add_bos && t->bos >= 0 && push(&b, t->bos)) goto oom;
-    size_t seg = 0;
-    if (parse_special) {
-        for (size_t i = 0; i < len;) {
-            size_t ml;
-            int32_t id = text[i] == '<' ? special_at(t, text + i, len - i, &ml) : -1;
-            if (id < 0) {
-                i++;
-                continue;
-            }
-            if (i > seg && encode_text(t, text + seg, i - seg, &b, err)) goto fail;
-            if (push(&b, id)) goto oom;
-            i += ml;
-            seg = i;
-        }
-    }
-    if (len > seg && encode_text(t, text + seg, len - seg, &b, err)) goto fail;
-    *out = b.ids;
-    *n_out = b.n;
+    if (kvp_tokenize_ex(t, text, len, &o, &r, err)) return err->code;
+    *out = r.ids;
+    *n_out = r.n;
+    free(r.offsets);
+    free(r.text);
     return 0;
-oom:
-    kvp_fail(err, KVP_E_NOMEM, "out of memory while tokenizing");
-fail:
-    free(b.ids);
-    return err->code;
 }
+
+/* ---- decode ------------------------------------------------------------------------------ */
 
 size_t kvp_token_to_bytes(const kvp_tokenizer *t, int32_t id, int special, char *buf, size_t cap) {
     if (id < 0 || id >= t->n_vocab) return 0;
-    gguf_str s = t->text[id];
+    const struct tok_str s = t->text[id];
     int ty = t->type[id];
     size_t n = 0;
-#define OUT(c) do { if (n < cap) buf[n] = (char)(c); n++; } while (0)
-    if (ty == KVP_TOK_CONTROL) {
-        if (!special) return 0;
-        for (uint64_t i = 0; i < s.len; i++) OUT(s.ptr[i]);
+#define OUT(c)                             \
+    do {                                   \
+        if (n < cap) buf[n] = (char)(c);   \
+        n++;                               \
+    } while (0)
+    if (ty == KVP_TOK_CONTROL || ty == KVP_TOK_USER_DEFINED || ty == KVP_TOK_UNKNOWN) {
+        if (ty == KVP_TOK_CONTROL && !special) return 0;
+        for (size_t i = 0; i < s.len; i++) OUT(s.ptr[i]);
         return n;
     }
-    if (t->kind == KVP_VOCAB_SPM) {
-        unsigned v;
-        if (ty == KVP_TOK_BYTE && s.len == 6 && sscanf(s.ptr, "<0x%2X>", &v) == 1) {
-            OUT(v);
-            return n;
-        }
-        for (uint64_t i = 0; i < s.len; i++) {
-            if (i + 2 < s.len && memcmp(s.ptr + i, "\xE2\x96\x81", 3) == 0) {
+    unsigned v;
+    if (ty == KVP_TOK_BYTE && s.len == 6 && sscanf(s.ptr, "<0x%2X>", &v) == 1) {
+        OUT(v);
+        return n;
+    }
+    if (!t->byte_level) { /* SentencePiece: U+2581 -> space */
+        for (size_t i = 0; i < s.len; i++) {
+            if (t->space_to_meta && i + 2 < s.len && !memcmp(s.ptr + i, "\xE2\x96\x81", 3)) {
                 OUT(' ');
                 i += 2;
             } else {
@@ -581,11 +472,7 @@ size_t kvp_token_to_bytes(const kvp_tokenizer *t, int32_t id, int special, char 
         }
         return n;
     }
-    if (ty == KVP_TOK_USER_DEFINED) {
-        for (uint64_t i = 0; i < s.len; i++) OUT(s.ptr[i]);
-        return n;
-    }
-    for (uint64_t i = 0; i < s.len;) {
+    for (size_t i = 0; i < s.len;) { /* byte-level: code points back to bytes */
         utf8proc_int32_t cp;
         utf8proc_ssize_t cl = utf8proc_iterate((const utf8proc_uint8_t *)s.ptr + i, (utf8proc_ssize_t)(s.len - i), &cp);
         if (cl <= 0) {
@@ -595,9 +482,33 @@ size_t kvp_token_to_bytes(const kvp_tokenizer *t, int32_t id, int special, char 
         }
         if (cp >= 0 && cp < 324 && t->cp_to_byte[cp] >= 0) OUT(t->cp_to_byte[cp]);
         else
-            for (utf8proc_ssize_t k = 0; k < cl; k++) OUT(s.ptr[i + (uint64_t)k]);
-        i += (uint64_t)cl;
+            for (utf8proc_ssize_t k = 0; k < cl; k++) OUT(s.ptr[i + (size_t)k]);
+        i += (size_t)cl;
     }
 #undef OUT
     return n;
+}
+
+int kvp_detokenize(const kvp_tokenizer *t, const int32_t *ids, int n, int special, char **out, size_t *out_len) {
+    size_t cap = 64, len = 0;
+    char *b = malloc(cap);
+    if (!b) return -1;
+    for (int i = 0; i < n; i++) {
+        size_t need = kvp_token_to_bytes(t, ids[i], special, NULL, 0);
+        if (len + need + 1 > cap) {
+            while (len + need + 1 > cap) cap *= 2;
+            char *q = realloc(b, cap);
+            if (!q) {
+                free(b);
+                return -1;
+            }
+            b = q;
+        }
+        kvp_token_to_bytes(t, ids[i], special, b + len, need);
+        len += need;
+    }
+    b[len] = 0;
+    *out = b;
+    *out_len = len;
+    return 0;
 }
