@@ -6,6 +6,7 @@
 
 int cmd_inspect(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 /* Print "kvprobe: <msg>" to stderr and return the exit code for err->code. */
 int cli_error(const kvp_error *err);

@@ -46,6 +46,8 @@ static void usage(FILE *f) {
             "  generate -m MODEL (-p TEXT | --tokens ID,ID,...) [-n N] [-t THREADS]\n"
             "           [--temp T] [--top-k K] [--top-p P] [--seed S] [--ctx N] [--kv-f16]\n"
             "           [--no-bos] [--ids]     greedy (default) or seeded sampling\n"
+            "  tokenize (-m MODEL | --hf tokenizer.json) [--ids] [--bos] [--parse-special] TEXT\n"
+            "                                  tokens with their text pieces, or ids only\n"
             "  version                         print the version\n\n"
             "Run 'kvprobe <command> --help' for details.\n",
             KVPROBE_VERSION);
@@ -59,6 +61,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("kvprobe %s\n", KVPROBE_VERSION);
         return 0;

@@ -1,0 +1,125 @@
+/* kvprobe tokenize: text -> tokens, one per line (id, piece, segment), or ids only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kvprobe/kvprobe.h"
+
+static void tok_usage(FILE *f) {
+    fprintf(f,
+            "usage: kvprobe tokenize (-m MODEL | --hf tokenizer.json) [options] TEXT\n"
+            "  -m, --model FILE     GGUF whose tokenizer to use\n"
+            "  --hf FILE            a Hugging Face tokenizer.json instead\n"
+            "  --ids                print only the token ids, space-separated, on one line\n"
+            "  --bos                prepend BOS\n"
+            "  --parse-special      special tokens written in TEXT become single tokens\n"
+            "  -f FILE              read TEXT from FILE ('-' = stdin)\n");
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        size_t r = fread(b + n, 1, cap - n, f);
+        n += r;
+        if (n < cap) break;
+        char *q = realloc(b, cap *= 2);
+        if (!q) {
+            free(b);
+            b = NULL;
+        } else {
+            b = q;
+        }
+    }
+    if (f != stdin) fclose(f);
+    *len = n;
+    return b;
+}
+
+/* Print a piece with control characters escaped so each token stays on one line. */
+static void print_piece(const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '\n') fputs("\\n", stdout);
+        else if (c == '\r') fputs("\\r", stdout);
+        else if (c == '\t') fputs("\\t", stdout);
+        else if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+        else putchar(c);
+    }
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *hf = NULL, *text = NULL, *file = NULL;
+    int ids_only = 0, bos = 0, special = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(a, "--hf") && i + 1 < argc) hf = argv[++i];
+        else if (!strcmp(a, "-f") && i + 1 < argc) file = argv[++i];
+        else if (!strcmp(a, "--ids")) ids_only = 1;
+        else if (!strcmp(a, "--bos")) bos = 1;
+        else if (!strcmp(a, "--parse-special")) special = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            tok_usage(stdout);
+            return 0;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "kvprobe tokenize: unknown option '%s'\n", a);
+            tok_usage(stderr);
+            return 1;
+        } else if (!text) text = a;
+        else {
+            fprintf(stderr, "kvprobe tokenize: one TEXT argument (quote it)\n");
+            return 1;
+        }
+    }
+    if ((!model == !hf) || (!text == !file)) {
+        tok_usage(stderr);
+        return 1;
+    }
+    kvp_error err = {0};
+    gguf_file *g = NULL;
+    kvp_tokenizer *t = NULL;
+    char *buf = NULL;
+    size_t len = text ? strlen(text) : 0;
+    if (file && !(buf = slurp(file, &len))) {
+        fprintf(stderr, "kvprobe tokenize: cannot read '%s'\n", file);
+        return 1;
+    }
+    if (model) {
+        if ((g = gguf_open(model, &err))) t = kvp_tokenizer_load(g, &err);
+    } else {
+        t = kvp_tokenizer_load_hf(hf, &err);
+    }
+    int rc = 0;
+    kvp_tokens r = {0};
+    kvp_tok_opts o = {.add_bos = bos, .parse_special = special};
+    if (!t || kvp_tokenize_ex(t, buf ? buf : text, len, &o, &r, &err)) {
+        rc = cli_error(&err);
+    } else if (ids_only) {
+        for (int i = 0; i < r.n; i++) printf(i ? " %d" : "%d", r.ids[i]);
+        printf("\n");
+    } else {
+        for (int i = 0; i < r.n; i++) {
+            size_t end = i + 1 < r.n ? r.offsets[i + 1] : r.text_len, start = r.offsets[i];
+            printf("%7d  ", r.ids[i]);
+            /* tokens that share a start offset (byte fallback) show their own bytes */
+            if (end > start && (i + 1 == r.n || r.offsets[i + 1] != start)) {
+                print_piece(r.text + start, end - start);
+            } else {
+                char piece[64];
+                size_t n = kvp_token_to_bytes(t, r.ids[i], 1, piece, sizeof piece);
+                print_piece(piece, n < sizeof piece ? n : sizeof piece);
+            }
+            printf("\n");
+        }
+        if (r.n_replaced) fprintf(stderr, "kvprobe: replaced %d invalid UTF-8 sequence(s) with U+FFFD\n", r.n_replaced);
+    }
+    kvp_tokens_free(&r);
+    kvp_tokenizer_free(t);
+    gguf_close(g);
+    free(buf);
+    return rc;
+}
