@@ -65,7 +65,13 @@ OUT = ROOT / "tests" / "golden" / "tokenizer"
 
 SHARED = ["qwen3", "gemma3", "llama3"]
 GGUF = {"gemma3-270m-gguf": "gemma-3-270m-q4_k_m.gguf", "smollm2-gguf": "SmolLM2-135M-Instruct.Q4_1.gguf"}
-TOKENIZERS = SHARED + list(GGUF)
+# Derived variant, not a Hugging Face artifact: smollm2-gguf with a Digits(individual_digits=True)
+# pre-tokenizer in front of its ByteLevel one. transformers' GGUF converter ignores
+# tokenizer.ggml.pre = "smollm" and builds a plain GPT-2 ByteLevel pre-tokenizer, so digit runs
+# stay together; llama.cpp's "smollm" pre-tokenizer splits every \p{N} first (as, we believe,
+# the upstream SmolLM2 tokenizer.json does: VERIFY). This variant is the reference for that.
+DERIVED = {"smollm2-gguf-digits": "smollm2-gguf"}
+TOKENIZERS = SHARED + list(GGUF) + list(DERIVED)
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,6 +360,17 @@ def jdump(x) -> str:
     return json.dumps(x, ensure_ascii=False)
 
 
+def compact_json(x) -> str:
+    """json.dumps(indent=1), but lists of scalars (added-token triples, line numbers) on one line."""
+    import re
+    s = json.dumps(x, ensure_ascii=False, indent=1)
+    scalar = r'(?:-?\d+|true|false|null|"(?:[^"\\]|\\.)*")'
+    pat = re.compile(r"\[\n\s*(" + scalar + r"(?:,\n\s*" + scalar + r")*)\n\s*\]")
+    s = pat.sub(lambda m: "[" + re.sub(r",\n\s*", ", ", m.group(1)) + "]", s)
+    assert json.loads(s) == x
+    return s
+
+
 # --------------------------------------------------------------------------------------------
 # tokenizers
 # --------------------------------------------------------------------------------------------
@@ -425,6 +442,18 @@ def load_tokenizers() -> dict[str, dict]:
             "tokenizer_class": type(hf).__name__,
         }
         res[name] = {"tok": tok, "hf": hf, "info": info}
+    from tokenizers import pre_tokenizers
+    for name, base in DERIVED.items():
+        tok = Tokenizer.from_str(res[base]["tok"].to_str())
+        pre = json.loads(tok.to_str())["pre_tokenizer"]
+        assert pre == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}, pre
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
+        info = dict(res[base]["info"])
+        info["loader"] = (f"DERIVED (not a Hugging Face artifact): {base} with pre_tokenizer = "
+                          "Sequence[Digits(individual_digits=True), its ByteLevel], i.e. llama.cpp's 'smollm' split")
+        res[name] = {"tok": tok, "info": info}
     return res
 
 
@@ -543,7 +572,7 @@ def main() -> None:
         write(OUT / f"{name}.decode.gz", gz_bytes("".join(jdump(s) + "\n" for s in decoded)))
         print(f"{name}: {info['stats']['n_tokens_special']} tokens, plain!=special on {n_diff} lines, "
               f"decode!=input on {len(dec_ne)} lines ({len(nfc_ne)} = NFC(input))", file=sys.stderr)
-    write(OUT / "meta.json", (json.dumps(meta, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
+    write(OUT / "meta.json", (compact_json(meta) + "\n").encode("utf-8"))
     total = sum(p.stat().st_size for p in OUT.iterdir() if p.is_file())
     print(f"wrote {OUT} ({total / 1e6:.2f} MB)", file=sys.stderr)
 

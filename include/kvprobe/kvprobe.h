@@ -18,5 +18,6 @@
 #include "kvprobe/sample.h"
 #include "kvprobe/tensor.h"
 #include "kvprobe/tokenizer.h"
+#include "kvprobe/chat.h"
 
 #endif

@@ -74,6 +74,10 @@ void kvp_tokens_free(kvp_tokens *r);
 /* Replace invalid UTF-8 with U+FFFD (maximal subparts). *out is malloc'd, NUL-terminated. */
 int kvp_utf8_clean(const char *text, size_t len, char **out, size_t *out_len, int *n_replaced);
 
+/* What the tokenizer does to plain text before encoding: U+FFFD cleaning, then NFC if the
+ * tokenizer declares it. *out is malloc'd, NUL-terminated. 0 ok, -1 out of memory. */
+int kvp_tokenizer_normalize(const kvp_tokenizer *t, const char *text, size_t len, char **out, size_t *out_len);
+
 /* Encode text (len bytes). *out is malloc'd; caller frees. */
 int kvp_tokenize(const kvp_tokenizer *t, const char *text, size_t len, int add_bos, int parse_special,
                  int32_t **out, int *n_out, kvp_error *err);

@@ -21,6 +21,7 @@ typedef struct gen_opts {
     int no_bos;
     int print_ids;
     int ignore_eog;
+    cli_chat chat;
 } gen_opts;
 
 static void gen_usage(FILE *f) {
@@ -38,7 +39,9 @@ static void gen_usage(FILE *f) {
             "  --kv-f16             store the KV cache in f16 (default f32)\n"
             "  --no-bos             do not prepend BOS to -p text\n"
             "  --ignore-eog         keep generating past end-of-generation tokens\n"
-            "  --ids                print generated token ids instead of text\n");
+            "  --ids                print generated token ids instead of text\n"
+            "  --chat               render -p as a user turn with the model's chat template and stop\n"
+            "                       at the end of the turn; --system S, --template NAME, --no-think\n");
 }
 
 static int parse_opts(int argc, char **argv, gen_opts *o) {
@@ -46,6 +49,9 @@ static int parse_opts(int argc, char **argv, gen_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int c = cli_chat_arg(&o->chat, argc, argv, &i);
+        if (c < 0) return -1;
+        if (c) continue;
 #define NEEDV() do { if (!v) { fprintf(stderr, "kvprobe generate: %s needs a value\n", a); return -1; } i++; } while (0)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEEDV(); o->model = v; }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { NEEDV(); o->prompt = v; }
@@ -64,6 +70,10 @@ static int parse_opts(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { gen_usage(stdout); exit(0); }
         else { fprintf(stderr, "kvprobe generate: unknown option '%s'\n", a); gen_usage(stderr); return -1; }
 #undef NEEDV
+    }
+    if (o->chat.on && !o->prompt) {
+        fprintf(stderr, "kvprobe generate: --chat needs -p TEXT\n");
+        return -1;
     }
     if (!o->model || (!o->prompt == !o->tokens)) {
         fprintf(stderr, "kvprobe generate: need -m MODEL and exactly one of -p TEXT / --tokens IDS\n");
@@ -163,6 +173,13 @@ int cmd_generate(int argc, char **argv) {
             rc = 1;
             goto out;
         }
+    } else if (o.chat.on) {
+        kvp_prompt p;
+        if (cli_chat_prompt(&o.chat, kvp_model_gguf(m), tok, o.prompt, &p, &err)) goto fail;
+        prompt = p.ids; /* the template writes BOS itself where the family uses one */
+        n_prompt = p.n;
+        p.ids = NULL;
+        kvp_prompt_free(&p);
     } else if (kvp_tokenize(tok, o.prompt, strlen(o.prompt), kvp_tokenizer_add_bos(tok) && !o.no_bos, 0, &prompt,
                             &n_prompt, &err)) {
         goto fail;

@@ -14,7 +14,12 @@ static void tok_usage(FILE *f) {
             "  --ids                print only the token ids, space-separated, on one line\n"
             "  --bos                prepend BOS\n"
             "  --parse-special      special tokens written in TEXT become single tokens\n"
-            "  -f FILE              read TEXT from FILE ('-' = stdin)\n");
+            "  -f FILE              read TEXT from FILE ('-' = stdin)\n"
+            "  --chat               render TEXT as a user turn with the chat template; each token\n"
+            "                       is printed with its segment (scaffold/system/user/assistant)\n"
+            "  --system S           system message (implies --chat)\n"
+            "  --template NAME      none, chatml, qwen3, gemma3, llama3, llama3.1 (default: from the GGUF)\n"
+            "  --no-think           Qwen3: enable_thinking=false\n");
 }
 
 static char *slurp(const char *path, size_t *len) {
@@ -54,8 +59,12 @@ static void print_piece(const char *p, size_t n) {
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *hf = NULL, *text = NULL, *file = NULL;
     int ids_only = 0, bos = 0, special = 0;
+    cli_chat chat = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int c = cli_chat_arg(&chat, argc, argv, &i);
+        if (c < 0) return 1;
+        if (c) continue;
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
         else if (!strcmp(a, "--hf") && i + 1 < argc) hf = argv[++i];
         else if (!strcmp(a, "-f") && i + 1 < argc) file = argv[++i];
@@ -95,8 +104,29 @@ int cmd_tokenize(int argc, char **argv) {
     }
     int rc = 0;
     kvp_tokens r = {0};
+    kvp_prompt p = {0};
     kvp_tok_opts o = {.add_bos = bos, .parse_special = special};
-    if (!t || kvp_tokenize_ex(t, buf ? buf : text, len, &o, &r, &err)) {
+    if (t && chat.on) {
+        if (bos || special) {
+            fprintf(stderr, "kvprobe tokenize: --bos/--parse-special do not apply with --chat (the template decides)\n");
+            rc = 1;
+        } else if (memchr(buf ? buf : text, 0, len)) {
+            fprintf(stderr, "kvprobe tokenize: --chat text must not contain NUL bytes\n");
+            rc = 1;
+        } else if (cli_chat_prompt(&chat, g, t, buf ? buf : text, &p, &err)) {
+            rc = cli_error(&err);
+        } else if (ids_only) {
+            for (int i = 0; i < p.n; i++) printf(i ? " %d" : "%d", p.ids[i]);
+            printf("\n");
+        } else {
+            for (int i = 0; i < p.n; i++) {
+                size_t end = i + 1 < p.n ? p.offsets[i + 1] : p.len, start = p.offsets[i];
+                printf("%7d  %-9s  ", p.ids[i], kvp_segment_name(p.seg[i]));
+                print_piece(p.text + start, end > start ? end - start : 0);
+                printf("\n");
+            }
+        }
+    } else if (!t || kvp_tokenize_ex(t, buf ? buf : text, len, &o, &r, &err)) {
         rc = cli_error(&err);
     } else if (ids_only) {
         for (int i = 0; i < r.n; i++) printf(i ? " %d" : "%d", r.ids[i]);
@@ -118,6 +148,7 @@ int cmd_tokenize(int argc, char **argv) {
         if (r.n_replaced) fprintf(stderr, "kvprobe: replaced %d invalid UTF-8 sequence(s) with U+FFFD\n", r.n_replaced);
     }
     kvp_tokens_free(&r);
+    kvp_prompt_free(&p);
     kvp_tokenizer_free(t);
     gguf_close(g);
     free(buf);

@@ -317,6 +317,25 @@ int kvp_utf8_clean(const char *text, size_t len, char **out, size_t *out_len, in
     return 0;
 }
 
+int kvp_tokenizer_normalize(const kvp_tokenizer *t, const char *text, size_t len, char **out, size_t *out_len) {
+    char *clean;
+    size_t clen;
+    if (kvp_utf8_clean(text, len, &clean, &clen, NULL)) return -1;
+    if (!t->nfc || !clen) {
+        *out = clean;
+        *out_len = clen;
+        return 0;
+    }
+    utf8proc_uint8_t *nfc = NULL;
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)clean, (utf8proc_ssize_t)clen, &nfc,
+                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    free(clean);
+    if (r < 0) return -1;
+    *out = (char *)nfc;
+    *out_len = (size_t)r;
+    return 0;
+}
+
 /* ---- tokenize ---------------------------------------------------------------------------- */
 
 /* Longest special token starting at p that may be matched here, or -1. */
