@@ -14,7 +14,7 @@ ARCHFLAGS ?= -march=native
 CFLAGS  ?= $(OPT) $(ARCHFLAGS) -g
 SANITIZE ?=
 KVP_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -MMD -MP $(SANITIZE)
-LDLIBS  := -lpcre2-8 -lutf8proc -lcjson -lm -lpthread $(SANITIZE)
+LDLIBS  := -lpcre2-8 -lutf8proc -lcjson -lz -lm -lpthread $(SANITIZE)
 
 LIB_SRC := $(sort $(wildcard src/gguf/*.c src/tensor/*.c src/model/*.c src/kv/*.c src/text/*.c src/util/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))

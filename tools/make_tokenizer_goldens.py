@@ -475,6 +475,27 @@ def pipeline_summary(tok) -> dict:
     }
 
 
+# Feature-sensitivity checks recorded in meta.json: how many corpus lines change (special mode)
+# when one pipeline feature is switched off, i.e. how much of the corpus exercises it.
+def _no_normalizer(d):
+    d["normalizer"] = None
+
+
+def _no_pre_tokenizer(d):
+    d["pre_tokenizer"] = None
+
+
+def _merges_not_ignored(d):
+    d["model"]["ignore_merges"] = False
+
+
+ABLATIONS = {
+    "qwen3": ("normalizer NFC removed", _no_normalizer),
+    "gemma3": ("pre_tokenizer Split(' ', MergedWithPrevious) removed", _no_pre_tokenizer),
+    "llama3": ("model.ignore_merges set to false", _merges_not_ignored),
+}
+
+
 def encode_all(tok, inputs: list[str], plain: bool) -> list[list[int]]:
     tok.encode_special_tokens = plain
     try:
@@ -566,6 +587,17 @@ def main() -> None:
             "lines_decode_eq_nfc_input": len(nfc_ne),
             "decode_ne_input_lines": dec_ne,
         }
+        abl = ABLATIONS.get(name)
+        if abl:
+            what, edit = abl
+            d2 = json.loads(tok.to_str())
+            edit(d2)
+            from tokenizers import Tokenizer
+            t2 = Tokenizer.from_str(json.dumps(d2))
+            changed = [i for i, (s_, a) in enumerate(zip(inputs, special))
+                       if t2.encode(s_, add_special_tokens=False).ids != a]
+            info["stats"]["ablation"] = {"change": what, "lines_changed_special_mode": len(changed),
+                                         "lines": changed}
         meta["tokenizers"][name] = info
         write(OUT / f"{name}.special.ids.gz", gz_bytes("".join(" ".join(map(str, ids)) + "\n" for ids in special)))
         write(OUT / f"{name}.plain.ids.gz", gz_bytes("".join(" ".join(map(str, ids)) + "\n" for ids in plain)))

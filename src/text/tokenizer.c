@@ -338,18 +338,54 @@ int kvp_tokenizer_normalize(const kvp_tokenizer *t, const char *text, size_t len
 
 /* ---- tokenize ---------------------------------------------------------------------------- */
 
+/* Match token text tok against input p: bytes equal, except that for SentencePiece-style
+ * tokenizers a space and U+2581 match each other (the converter stores user-defined tokens
+ * like "  " raw while text is matched after ' ' -> U+2581, as HF does). Returns the input
+ * bytes consumed and the token's length in normalized characters, or 0. */
+static size_t match_special(const kvp_tokenizer *t, const char *tok, size_t tl, const char *p, size_t left, size_t *norm) {
+    size_t i = 0, j = 0, n = 0;
+    while (i < tl) {
+        int ts = tok[i] == ' ', tm = tl - i >= 3 && !memcmp(tok + i, "\xE2\x96\x81", 3);
+        if (t->space_to_meta && (ts || tm)) {
+            if (j < left && p[j] == ' ') j += 1;
+            else if (left - j >= 3 && !memcmp(p + j, "\xE2\x96\x81", 3)) j += 3;
+            else return 0;
+            i += ts ? 1 : 3;
+        } else {
+            if (j >= left || p[j] != tok[i]) return 0;
+            i++, j++;
+        }
+        n++;
+    }
+    *norm = n;
+    return j;
+}
+
 /* Longest special token starting at p that may be matched here, or -1. */
 static int32_t special_at(const kvp_tokenizer *t, const char *p, size_t left, int allow_control, size_t *mlen) {
-    unsigned char b = (unsigned char)p[0];
-    for (int k = t->special_first[b]; k < t->special_first[b + 1]; k++) { /* longest first */
-        int32_t id = t->special_ids[k];
-        size_t l = t->text[id].len;
-        if (l > left || memcmp(p, t->text[id].ptr, l) != 0) continue;
-        if (t->type[id] == KVP_TOK_CONTROL && !allow_control) continue;
-        *mlen = l;
-        return id;
+    unsigned char firsts[3] = {(unsigned char)p[0], 0, 0};
+    int nf = 1;
+    if (t->space_to_meta && (p[0] == ' ' || (left >= 3 && !memcmp(p, "\xE2\x96\x81", 3)))) {
+        firsts[0] = ' ';
+        firsts[1] = 0xE2;
+        nf = 2;
     }
-    return -1;
+    int32_t best = -1;
+    size_t best_norm = 0;
+    for (int f = 0; f < nf; f++) {
+        unsigned char b = firsts[f];
+        for (int k = t->special_first[b]; k < t->special_first[b + 1]; k++) {
+            int32_t id = t->special_ids[k];
+            if (t->type[id] == KVP_TOK_CONTROL && !allow_control) continue;
+            size_t norm, used = match_special(t, t->text[id].ptr, t->text[id].len, p, left, &norm);
+            if (used && norm > best_norm) {
+                best = id;
+                best_norm = norm;
+                *mlen = used;
+            }
+        }
+    }
+    return best;
 }
 
 /* Normalize (NFC where declared) and encode one plain segment of the cleaned text, appending
@@ -470,8 +506,9 @@ size_t kvp_token_to_bytes(const kvp_tokenizer *t, int32_t id, int special, char 
         if (n < cap) buf[n] = (char)(c);   \
         n++;                               \
     } while (0)
-    if (ty == KVP_TOK_CONTROL || ty == KVP_TOK_USER_DEFINED || ty == KVP_TOK_UNKNOWN) {
-        if (ty == KVP_TOK_CONTROL && !special) return 0;
+    if (ty == KVP_TOK_CONTROL && !special) return 0;
+    /* Byte-level added tokens are stored as plain text, not byte-mapped. */
+    if (ty == KVP_TOK_CONTROL || (t->byte_level && (ty == KVP_TOK_USER_DEFINED || ty == KVP_TOK_UNKNOWN))) {
         for (size_t i = 0; i < s.len; i++) OUT(s.ptr[i]);
         return n;
     }
