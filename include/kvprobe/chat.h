@@ -58,18 +58,20 @@ typedef struct kvp_message {
 
 /* A rendered prompt: text + one label per byte, then tokens + one label per token. */
 typedef struct kvp_prompt {
-    char *text;
+    char *text;         /* rendered text, identical to HF apply_chat_template */
     size_t len;
     uint8_t *byte_seg;  /* [len] kvp_segment */
     int32_t *ids;
     uint8_t *seg;       /* [n] kvp_segment of each token */
-    uint32_t *offsets;  /* [n] byte offset of each token in text */
+    uint32_t *offsets;  /* [n] byte offset of each token in tok_text */
     int n;
+    char *tok_text;     /* the text as tokenized: normalized (Qwen: NFC); else equal to text */
+    size_t tok_len;
 } kvp_prompt;
 
-/* Render messages with the template (content is UTF-8-cleaned and normalized the way the
- * tokenizer will see it), then tokenize. A token is `scaffold` only if all its bytes are;
- * otherwise it takes the label of its first non-scaffold byte. */
+/* Render messages with the template (content only has invalid UTF-8 replaced), then
+ * tokenize. A token is `scaffold` only if all its bytes are; otherwise it takes the label of
+ * its first non-scaffold byte. */
 int kvp_chat_prompt(const kvp_tokenizer *t, const kvp_template *tmpl, const kvp_message *msgs, int n_msgs,
                     int add_generation_prompt, kvp_prompt *out, kvp_error *err);
 /* Render only (no tokens). */

@@ -44,6 +44,8 @@ int32_t kvp_token_lookup(const kvp_tokenizer *t, const char *text, size_t len); 
 /* Load a Hugging Face tokenizer.json (BPE models: byte-level like Llama 3 / Qwen, or
  * SentencePiece-style with U+2581 and byte fallback like Gemma). */
 kvp_tokenizer *kvp_tokenizer_load_hf(const char *tokenizer_json_path, kvp_error *err);
+/* The same from memory (no tokenizer_config.json lookup); name is used in messages. */
+kvp_tokenizer *kvp_tokenizer_load_hf_buffer(const char *json, size_t len, const char *name, kvp_error *err);
 
 typedef struct kvp_tok_opts {
     int add_bos;          /* prepend BOS (if the vocabulary has one) */

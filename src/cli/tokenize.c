@@ -120,9 +120,9 @@ int cmd_tokenize(int argc, char **argv) {
             printf("\n");
         } else {
             for (int i = 0; i < p.n; i++) {
-                size_t end = i + 1 < p.n ? p.offsets[i + 1] : p.len, start = p.offsets[i];
+                size_t end = i + 1 < p.n ? p.offsets[i + 1] : p.tok_len, start = p.offsets[i];
                 printf("%7d  %-9s  ", p.ids[i], kvp_segment_name(p.seg[i]));
-                print_piece(p.text + start, end > start ? end - start : 0);
+                print_piece(p.tok_text + start, end > start ? end - start : 0);
                 printf("\n");
             }
         }

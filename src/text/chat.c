@@ -178,7 +178,7 @@ static void render_chatml(out_buf *o, const kvp_template *tm, const kvp_message 
     for (int i = 0; i < n; i++) {
         if (i == 0 && tm->default_system[0] && strcmp(m[0].role, "system") != 0) {
             puts_seg(o, "<|im_start|>system\n", KVP_SEG_SCAFFOLD);
-            puts_seg(o, tm->default_system, KVP_SEG_SYSTEM);
+            puts_seg(o, tm->default_system, KVP_SEG_SCAFFOLD); /* template-written text */
             puts_seg(o, "<|im_end|>\n", KVP_SEG_SCAFFOLD);
         }
         puts_seg(o, "<|im_start|>", KVP_SEG_SCAFFOLD);
@@ -326,8 +326,9 @@ int kvp_chat_render(const kvp_tokenizer *t, const kvp_template *tm, const kvp_me
     out_buf o = {0};
     int rc = 0;
     if (!c) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
+    (void)t;
     for (int i = 0; i < n && !rc; i++)
-        if (kvp_tokenizer_normalize(t, m[i].content, strlen(m[i].content), &c[i].p, &c[i].n))
+        if (kvp_utf8_clean(m[i].content, strlen(m[i].content), &c[i].p, &c[i].n, NULL))
             rc = kvp_fail(err, KVP_E_NOMEM, "out of memory");
     if (!rc) {
         switch (tm->kind) {
@@ -360,10 +361,47 @@ int kvp_chat_render(const kvp_tokenizer *t, const kvp_template *tm, const kvp_me
     return 0;
 }
 
+/* The tokenizer normalizes text (NFC for Qwen) before encoding. Normalize each same-label
+ * run of the rendered text the same way, so every normalized byte keeps its label; the
+ * concatenation must equal the tokenizer's own normalized text (it does unless a run starts
+ * with a combining mark that composes across a run boundary, which the templates' scaffold
+ * endings — newlines and '>' — cannot cause). */
+static int normalized_labels(const kvp_tokenizer *t, const kvp_prompt *p, const kvp_tokens *r, uint8_t **labels,
+                             kvp_error *err) {
+    uint8_t *lab = malloc(r->text_len + 1);
+    if (!lab) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
+    size_t at = 0;
+    for (size_t a = 0; a < p->len;) {
+        size_t b = a;
+        while (b < p->len && p->byte_seg[b] == p->byte_seg[a]) b++;
+        char *norm;
+        size_t nl;
+        if (kvp_tokenizer_normalize(t, p->text + a, b - a, &norm, &nl)) {
+            free(lab);
+            return kvp_fail(err, KVP_E_NOMEM, "out of memory");
+        }
+        int fits = at + nl <= r->text_len && !memcmp(r->text + at, norm, nl);
+        free(norm);
+        if (!fits) {
+            free(lab);
+            return kvp_fail(err, KVP_E_INVALID, "chat: normalization crosses a segment boundary at byte %zu", a);
+        }
+        memset(lab + at, p->byte_seg[a], nl);
+        at += nl;
+        a = b;
+    }
+    if (at != r->text_len) {
+        free(lab);
+        return kvp_fail(err, KVP_E_INVALID, "chat: normalized text length mismatch");
+    }
+    *labels = lab;
+    return 0;
+}
+
 int kvp_chat_prompt(const kvp_tokenizer *t, const kvp_template *tm, const kvp_message *m, int n, int gen,
                     kvp_prompt *out, kvp_error *err) {
     if (kvp_chat_render(t, tm, m, n, gen, out, err)) return err->code;
-    uint8_t *mask = malloc(out->len + 1);
+    uint8_t *mask = malloc(out->len + 1), *lab = NULL;
     if (!mask) {
         kvp_prompt_free(out);
         return kvp_fail(err, KVP_E_NOMEM, "out of memory");
@@ -373,36 +411,40 @@ int kvp_chat_prompt(const kvp_tokenizer *t, const kvp_template *tm, const kvp_me
     kvp_tokens r;
     int rc = kvp_tokenize_ex(t, out->text, out->len, &o, &r, err);
     free(mask);
-    if (rc) {
+    if (rc || normalized_labels(t, out, &r, &lab, err)) {
+        if (!rc) kvp_tokens_free(&r);
         kvp_prompt_free(out);
-        return rc;
+        return err->code;
     }
-    /* The text was already normalized, so the tokenizer's text equals ours byte for byte. */
     out->ids = r.ids;
     out->offsets = r.offsets;
     out->n = r.n;
-    free(r.text);
+    out->tok_text = r.text;
+    out->tok_len = r.text_len;
     out->seg = malloc((size_t)(r.n ? r.n : 1));
     if (!out->seg) {
+        free(lab);
         kvp_prompt_free(out);
         return kvp_fail(err, KVP_E_NOMEM, "out of memory");
     }
     for (int i = 0; i < r.n; i++) {
-        size_t a = r.offsets[i], b = i + 1 < r.n ? r.offsets[i + 1] : out->len;
+        size_t a = r.offsets[i], b = i + 1 < r.n ? r.offsets[i + 1] : r.text_len;
         if (b <= a) b = a + 1; /* byte-fallback tokens share one offset */
         kvp_segment s = KVP_SEG_SCAFFOLD;
-        for (size_t k = a; k < b && k < out->len; k++)
-            if (out->byte_seg[k] != KVP_SEG_SCAFFOLD) {
-                s = out->byte_seg[k];
+        for (size_t k = a; k < b && k < r.text_len; k++)
+            if (lab[k] != KVP_SEG_SCAFFOLD) {
+                s = lab[k];
                 break;
             }
         out->seg[i] = (uint8_t)s;
     }
+    free(lab);
     return 0;
 }
 
 void kvp_prompt_free(kvp_prompt *p) {
     free(p->text);
+    free(p->tok_text);
     free(p->byte_seg);
     free(p->ids);
     free(p->seg);

@@ -50,10 +50,7 @@ static char *read_file(const char *path, size_t *len, kvp_error *err) {
     return b;
 }
 
-static cJSON *parse_json(const char *path, kvp_error *err) {
-    size_t len;
-    char *text = read_file(path, &len, err);
-    if (!text) return NULL;
+static cJSON *parse_json_buffer(const char *text, size_t len, const char *path, kvp_error *err) {
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!j) {
@@ -61,6 +58,14 @@ static cJSON *parse_json(const char *path, kvp_error *err) {
         for (size_t i = 0; i < off && i < len; i++) line += text[i] == '\n';
         kvp_fail(err, KVP_E_FORMAT, "%s: invalid JSON near line %zu (byte %zu)", path, line, off);
     }
+    return j;
+}
+
+static cJSON *parse_json(const char *path, kvp_error *err) {
+    size_t len;
+    char *text = read_file(path, &len, err);
+    if (!text) return NULL;
+    cJSON *j = parse_json_buffer(text, len, path, err);
     free(text);
     return j;
 }
@@ -222,9 +227,20 @@ static void load_config(kvp_tokenizer *t, const char *json_path) {
     cJSON_Delete(cfg);
 }
 
+static kvp_tokenizer *load_hf(cJSON *j, const char *path, int with_config, kvp_error *err);
+
 kvp_tokenizer *kvp_tokenizer_load_hf(const char *path, kvp_error *err) {
     cJSON *j = parse_json(path, err);
-    if (!j) return NULL;
+    return j ? load_hf(j, path, 1, err) : NULL;
+}
+
+kvp_tokenizer *kvp_tokenizer_load_hf_buffer(const char *json, size_t len, const char *name, kvp_error *err) {
+    cJSON *j = parse_json_buffer(json, len, name, err);
+    return j ? load_hf(j, name, 0, err) : NULL;
+}
+
+/* Build the tokenizer from parsed JSON (consumed). */
+static kvp_tokenizer *load_hf(cJSON *j, const char *path, int with_config, kvp_error *err) {
     kvp_tokenizer *t = calloc(1, sizeof *t);
     hf_loader h = {.t = t, .path = path, .err = err};
     if (!t) {
@@ -307,7 +323,7 @@ kvp_tokenizer *kvp_tokenizer_load_hf(const char *path, kvp_error *err) {
     if (merges && load_merges(&h, merges)) goto fail;
     h.regex[h.n_regex] = NULL;
     if (tok_set_regexes(t, h.regex, err)) goto fail;
-    load_config(t, path);
+    if (with_config) load_config(t, path);
     if (tok_finish_load(t, err)) goto fail;
     cJSON_Delete(j);
     return t;
