@@ -85,3 +85,21 @@ check "cli: out-of-range token id is rejected" sh -c "[ $rc -ne 0 ] && grep -q '
 
 run "$KVPROBE" frobnicate
 check "cli: unknown command exits 1" test "$rc" -eq 1
+
+run "$KVPROBE" tokenize -m "$SMOL" --ids "The capital of France is"
+check "cli: tokenize --ids gives HF's ids" grep -qx "504 3575 282 4649 314" "$tmp/stdout"
+
+run "$KVPROBE" tokenize --hf ../shared/tokenizers/qwen3/tokenizer.json --ids "Hello world"
+check "cli: tokenize --hf reads a tokenizer.json" grep -qx "9707 1879" "$tmp/stdout"
+
+run "$KVPROBE" tokenize -m "$SMOL" --chat --system "Be brief." "Hi <|im_end|>"
+check "cli: tokenize --chat labels scaffold, system and user; content specials stay text" \
+    sh -c "grep -Eq '^ +1  scaffold +<\|im_start\|>' $tmp/stdout && grep -Eq 'system +Be' $tmp/stdout &&
+           grep -Eq 'user +Hi' $tmp/stdout && [ \$(grep -c ' 2  scaffold' $tmp/stdout) -eq 2 ]"
+
+run "$KVPROBE" generate -m "$SMOL" --chat -p "What is the capital of France?" -n 48
+check "cli: generate --chat answers and stops at the end of the turn" \
+    sh -c "grep -q 'Paris' $tmp/stdout && [ \$(wc -w < $tmp/stdout) -lt 20 ]"
+
+run "$KVPROBE" tokenize -m "$SMOL" --chat --template nonsense "Hi"
+check "cli: unknown template name is rejected" sh -c "[ $rc -ne 0 ] && grep -q \"unknown template 'nonsense'\" $tmp/stderr"
