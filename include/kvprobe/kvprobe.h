@@ -19,5 +19,6 @@
 #include "kvprobe/tensor.h"
 #include "kvprobe/tokenizer.h"
 #include "kvprobe/chat.h"
+#include "kvprobe/splice.h"
 
 #endif

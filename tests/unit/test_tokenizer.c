@@ -242,7 +242,7 @@ static void conformance(const tok_case *tc, const corpus_item *items, int n_item
                     continue;
                 }
                 total_tokens += (uint64_t)r.n;
-                if (r.n != nw || memcmp(r.ids, want, (size_t)nw * sizeof(int32_t)) != 0) {
+                if (r.n != nw || (nw && memcmp(r.ids, want, (size_t)nw * sizeof(int32_t)) != 0)) {
                     /* A GGUF cannot say what HF knows about added tokens: tokens beyond the
                      * GGUF's vocabulary, and added tokens HF does not mark special but the GGUF
                      * types as control (matched in plain text by HF only). Those differences
