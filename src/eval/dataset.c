@@ -1,0 +1,539 @@
+/* Dataset loaders: upstream formats in, uniform examples out (include/kvprobe/eval.h).
+ * Each loader names the file and line of a malformed row; with skip_bad_rows the row is
+ * counted and skipped instead. */
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "kvprobe/eval.h"
+
+/* ---- small string helpers ---------------------------------------------------------------- */
+
+static char *xstrdup(const char *s) {
+    char *p = strdup(s ? s : "");
+    return p;
+}
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    int n = vsnprintf(NULL, 0, f, ap);
+    va_end(ap);
+    char *s = malloc((size_t)n + 1);
+    if (!s) return NULL;
+    va_start(ap, f);
+    vsnprintf(s, (size_t)n + 1, f, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Whole file (gzip transparently: zlib reads plain files too). NUL-terminated. */
+static char *read_all(const char *path, size_t *len) {
+    gzFile f = gzopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    int r;
+    while (b && (r = gzread(f, b + n, (unsigned)(cap - n - 1))) > 0) {
+        n += (size_t)r;
+        if (cap - n < 4096) {
+            char *q = realloc(b, cap *= 2);
+            if (!q) free(b);
+            b = q;
+        }
+    }
+    gzclose(f);
+    if (b) b[n] = 0;
+    *len = n;
+    return b;
+}
+
+/* ---- building the dataset ----------------------------------------------------------------- */
+
+typedef struct builder {
+    kvp_dataset *d;
+    int cap, limit, skip_bad;
+    const char *path;
+    kvp_error *err;
+} builder;
+
+static int full(const builder *b) { return b->limit > 0 && b->d->n >= b->limit; }
+
+static kvp_example *add(builder *b) {
+    kvp_dataset *d = b->d;
+    if (d->n == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 256;
+        kvp_example *e = realloc(d->ex, (size_t)cap * sizeof *e);
+        if (!e) {
+            fprintf(stderr, "kvprobe: out of memory loading %s\n", b->path);
+            abort();
+        }
+        d->ex = e;
+        b->cap = cap;
+    }
+    kvp_example *e = &d->ex[d->n++];
+    memset(e, 0, sizeof *e);
+    return e;
+}
+
+static void free_example(kvp_example *e) {
+    free(e->id);
+    free(e->prompt);
+    free(e->answer);
+    free(e->labels);
+    free(e->code_header);
+    free(e->entry_point);
+    free(e->test_code);
+}
+
+/* A malformed row: error, or counted and skipped. Returns non-zero to stop. */
+static int bad_row(builder *b, int line, const char *why) {
+    if (b->skip_bad) {
+        b->d->n_skipped++;
+        return 0;
+    }
+    return kvp_fail(b->err, KVP_E_FORMAT, "%s:%d: %s (use --skip-bad-rows to skip such rows)", b->path, line, why);
+}
+
+static const char *jstr(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Iterate the lines of a buffer (modifies it). */
+#define FOR_LINES(buf, line, lineno)                                                   \
+    for (char *_p = (buf), *line = NULL, *_nl; _p && *_p &&                            \
+                                               ((line = _p), (_nl = strchr(_p, '\n')), \
+                                                (_nl ? (*_nl = 0, _p = _nl + 1) : (_p = NULL)), 1); \
+         (lineno)++)
+
+static int is_blank(const char *s) {
+    while (*s && isspace((unsigned char)*s)) s++;
+    return !*s;
+}
+
+/* ---- prompts ------------------------------------------------------------------------------ */
+
+static char *choice_prompt(const char *question, const char *const *texts, int n) {
+    size_t cap = strlen(question) + 256;
+    for (int i = 0; i < n; i++) cap += strlen(texts[i]) + 8;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    int k = snprintf(s, cap, "Answer the following multiple-choice question with the letter of the correct option only.\n\n"
+                             "Question: %s\n", question);
+    for (int i = 0; i < n; i++) k += snprintf(s + k, cap - (size_t)k, "%c. %s\n", 'A' + i, texts[i]);
+    return s;
+}
+
+/* ---- loaders ------------------------------------------------------------------------------ */
+
+static int load_gsm8k(builder *b, char *buf) {
+    int line = 1;
+    FOR_LINES(buf, l, line) {
+        if (full(b)) break;
+        if (is_blank(l)) continue;
+        cJSON *j = cJSON_Parse(l);
+        const char *q = jstr(j, "question"), *a = jstr(j, "answer"), *hash = a ? strstr(a, "####") : NULL;
+        if (!q || !hash) {
+            cJSON_Delete(j);
+            if (bad_row(b, line, "expected {\"question\", \"answer\" with \"#### N\"}")) return b->err->code;
+            continue;
+        }
+        kvp_example *e = add(b);
+        char gold[64];
+        size_t k = 0;
+        for (const char *p = hash + 4; *p && k + 1 < sizeof gold; p++)
+            if (!isspace((unsigned char)*p) && *p != ',') gold[k++] = *p;
+        gold[k] = 0;
+        e->id = fmt("gsm8k-%d", line);
+        e->kind = KVP_TASK_NUMBER;
+        e->answer = xstrdup(gold);
+        e->prompt = fmt("Solve this math problem. Give the final answer as a number on the last line, in the form "
+                        "\"Answer: <number>\".\n\n%s", q);
+        e->source_line = line;
+        cJSON_Delete(j);
+    }
+    return 0;
+}
+
+static int load_sst2(builder *b, char *buf) {
+    int line = 1;
+    FOR_LINES(buf, l, line) {
+        if (line == 1 || is_blank(l)) continue; /* header: text<TAB>label */
+        if (full(b)) break;
+        char *tab = strrchr(l, '\t');
+        char *end = NULL;
+        long lab = tab ? strtol(tab + 1, &end, 10) : -1;
+        if (!tab || (lab != 0 && lab != 1) || (end && *end && !isspace((unsigned char)*end))) {
+            if (bad_row(b, line, "expected 'text<TAB>0|1'")) return b->err->code;
+            continue;
+        }
+        *tab = 0;
+        kvp_example *e = add(b);
+        e->id = fmt("sst2-%d", line);
+        e->kind = KVP_TASK_LABEL;
+        e->labels = xstrdup("positive|negative");
+        e->answer = xstrdup(lab ? "positive" : "negative");
+        e->prompt = fmt("Is the sentiment of this movie review sentence positive or negative? Answer with one word: "
+                        "positive or negative.\n\nSentence: %s", l);
+        e->source_line = line;
+    }
+    return 0;
+}
+
+/* RFC 4180 CSV: fields separated by commas, quoted fields may hold commas, quotes ("") and
+ * newlines. Parses one record at *p; returns field count (<= max) and advances *p and *line. */
+static int csv_record(char **p, char **fields, int max, int *line) {
+    int n = 0;
+    char *s = *p;
+    for (;;) {
+        char *out = s, *start = s;
+        if (*s == '"') {
+            s++;
+            for (;;) {
+                if (!*s) return -1; /* unterminated quote */
+                if (*s == '"' && s[1] == '"') *out++ = '"', s += 2;
+                else if (*s == '"') {
+                    s++;
+                    break;
+                } else {
+                    if (*s == '\n') (*line)++;
+                    *out++ = *s++;
+                }
+            }
+        } else {
+            while (*s && *s != ',' && *s != '\n' && *s != '\r') *out++ = *s++;
+        }
+        char sep = *s;
+        *out = 0;
+        if (n < max) fields[n] = start;
+        n++;
+        if (sep == ',') {
+            s++;
+            continue;
+        }
+        /* The terminator was read into sep before *out = 0 may have overwritten it. */
+        if (sep == '\r') s++, sep = *s;
+        if (sep == '\n') s++, (*line)++;
+        else if (sep) return -1; /* junk after a closing quote */
+        break;
+    }
+    *p = s;
+    return n;
+}
+
+static int load_boolq_file(builder *b, const char *path) {
+    size_t len;
+    char *buf = read_all(path, &len);
+    if (!buf) return kvp_fail(b->err, KVP_E_IO, "%s: cannot read", path);
+    b->path = path;
+    char *p = buf, *f[8];
+    int line = 1, rc = 0;
+    if (csv_record(&p, f, 8, &line) < 5) rc = kvp_fail(b->err, KVP_E_FORMAT, "%s:1: expected the BoolQ header", path);
+    while (!rc && *p && !full(b)) {
+        int at = line, n = csv_record(&p, f, 8, &line);
+        if (n < 0) { /* cannot resynchronize inside a broken quote: always an error */
+            rc = kvp_fail(b->err, KVP_E_FORMAT, "%s:%d: unterminated quoted field", path, at);
+            break;
+        }
+        if (n == 1 && !*f[0]) continue;
+        int yes = n >= 5 && !strcmp(f[3], "True"), no = n >= 5 && !strcmp(f[3], "False");
+        if (n < 5 || (!yes && !no) || !*f[1] || !*f[4]) {
+            rc = bad_row(b, at, "expected ',question,title,answer,passage,split' with answer True/False");
+            continue;
+        }
+        kvp_example *e = add(b);
+        e->id = fmt("boolq-%s", f[0]);
+        e->kind = KVP_TASK_LABEL;
+        e->labels = xstrdup("yes|no");
+        e->answer = xstrdup(yes ? "yes" : "no");
+        e->prompt = fmt("%s\n\nQuestion: %s?\nAnswer with one word: yes or no.", f[4], f[1]);
+        e->source_line = at;
+    }
+    free(buf);
+    return rc;
+}
+
+static int load_arc(builder *b, char *buf, const char *name) {
+    int line = 1;
+    FOR_LINES(buf, l, line) {
+        if (full(b)) break;
+        if (is_blank(l)) continue;
+        cJSON *j = cJSON_Parse(l);
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "question"), *ch = cJSON_GetObjectItemCaseSensitive(q, "choices");
+        const char *stem = jstr(q, "stem"), *key = jstr(j, "answerKey"), *id = jstr(j, "id");
+        int n = cJSON_GetArraySize(ch), gold = -1;
+        const char *texts[8];
+        if (stem && key && n >= 2 && n <= 8) {
+            for (int i = 0; i < n; i++) {
+                const cJSON *c = cJSON_GetArrayItem(ch, i);
+                texts[i] = jstr(c, "text");
+                const char *lab = jstr(c, "label");
+                if (!texts[i] || !lab) gold = -2;
+                else if (gold != -2 && !strcmp(lab, key)) gold = i;
+            }
+        }
+        if (gold < 0) {
+            cJSON_Delete(j);
+            if (bad_row(b, line, "expected {question: {stem, choices: [{text, label}]}, answerKey}")) return b->err->code;
+            continue;
+        }
+        kvp_example *e = add(b);
+        e->id = fmt("%s-%s", name, id ? id : "?");
+        e->kind = KVP_TASK_CHOICE;
+        e->n_choices = n;
+        e->answer = fmt("%c", 'A' + gold);
+        e->prompt = choice_prompt(stem, texts, n);
+        e->source_line = line;
+        cJSON_Delete(j);
+    }
+    return 0;
+}
+
+static int load_mbpp(builder *b, char *buf) {
+    cJSON *arr = cJSON_Parse(buf);
+    if (!cJSON_IsArray(arr)) {
+        cJSON_Delete(arr);
+        return kvp_fail(b->err, KVP_E_FORMAT, "%s: expected a JSON array of MBPP tasks", b->path);
+    }
+    int idx = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, arr) {
+        idx++;
+        if (full(b)) break;
+        const char *prompt = jstr(t, "prompt");
+        const cJSON *tests = cJSON_GetObjectItemCaseSensitive(t, "test_list"), *imps = cJSON_GetObjectItemCaseSensitive(t, "test_imports");
+        const cJSON *tid = cJSON_GetObjectItemCaseSensitive(t, "task_id");
+        if (!prompt || cJSON_GetArraySize(tests) < 1 || !cJSON_IsString(cJSON_GetArrayItem(tests, 0))) {
+            if (bad_row(b, idx, "expected {task_id, prompt, test_list: [...]} (entry number)")) {
+                cJSON_Delete(arr);
+                return b->err->code;
+            }
+            continue;
+        }
+        size_t cap = 64;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, tests) cap += cJSON_IsString(x) ? strlen(x->valuestring) + 1 : 0;
+        cJSON_ArrayForEach(x, imps) cap += cJSON_IsString(x) ? strlen(x->valuestring) + 1 : 0;
+        char *test = malloc(cap);
+        size_t k = 0;
+        test[0] = 0;
+        cJSON_ArrayForEach(x, imps) if (cJSON_IsString(x)) k += (size_t)snprintf(test + k, cap - k, "%s\n", x->valuestring);
+        cJSON_ArrayForEach(x, tests) if (cJSON_IsString(x)) k += (size_t)snprintf(test + k, cap - k, "%s\n", x->valuestring);
+        kvp_example *e = add(b);
+        e->id = cJSON_IsNumber(tid) ? fmt("mbpp-%d", tid->valueint) : fmt("mbpp-%d", idx);
+        e->kind = KVP_TASK_CODE;
+        e->answer = xstrdup("");
+        e->test_code = test;
+        e->prompt = fmt("You are an expert Python programmer. Write a Python function for this task:\n%s\n"
+                        "Your code should pass this test:\n%s\nReply with the code only, in a ```python code block.",
+                        prompt, cJSON_GetArrayItem(tests, 0)->valuestring);
+        e->source_line = idx;
+    }
+    cJSON_Delete(arr);
+    return 0;
+}
+
+static int load_humaneval(builder *b, char *buf) {
+    int line = 1;
+    FOR_LINES(buf, l, line) {
+        if (full(b)) break;
+        if (is_blank(l)) continue;
+        cJSON *j = cJSON_Parse(l);
+        const char *id = jstr(j, "task_id"), *prompt = jstr(j, "prompt"), *test = jstr(j, "test"), *ep = jstr(j, "entry_point");
+        if (!id || !prompt || !test || !ep) {
+            cJSON_Delete(j);
+            if (bad_row(b, line, "expected {task_id, prompt, test, entry_point}")) return b->err->code;
+            continue;
+        }
+        kvp_example *e = add(b);
+        e->id = xstrdup(id);
+        e->kind = KVP_TASK_CODE;
+        e->answer = xstrdup("");
+        e->code_header = xstrdup(prompt);
+        e->entry_point = xstrdup(ep);
+        e->test_code = fmt("%s\ncheck(%s)\n", test, ep);
+        e->prompt = fmt("Complete the following Python function. Reply with the whole function in a ```python code "
+                        "block.\n\n```python\n%s```", prompt);
+        e->source_line = line;
+        cJSON_Delete(j);
+    }
+    return 0;
+}
+
+static int load_bbh(builder *b, char *buf, const char *task) {
+    cJSON *j = cJSON_Parse(buf);
+    const cJSON *exs = cJSON_GetObjectItemCaseSensitive(j, "examples"), *x;
+    if (!cJSON_IsArray(exs)) {
+        cJSON_Delete(j);
+        return kvp_fail(b->err, KVP_E_FORMAT, "%s: expected {\"examples\": [{input, target}]}", b->path);
+    }
+    int idx = 0;
+    cJSON_ArrayForEach(x, exs) {
+        idx++;
+        if (full(b)) break;
+        const char *in = jstr(x, "input"), *target = jstr(x, "target");
+        if (!in || !target) {
+            if (bad_row(b, idx, "expected {input, target} (example number)")) {
+                cJSON_Delete(j);
+                return b->err->code;
+            }
+            continue;
+        }
+        kvp_example *e = add(b);
+        e->id = fmt("bbh-%s-%d", task, idx);
+        e->kind = KVP_TASK_EXACT;
+        e->answer = xstrdup(target);
+        e->prompt = fmt("%s\n\nGive only the final answer, with no explanation.", in);
+        e->source_line = idx;
+    }
+    cJSON_Delete(j);
+    return 0;
+}
+
+static int is_number_text(const char *s) {
+    char *end;
+    if (!*s) return 0;
+    strtod(s, &end);
+    return !*end;
+}
+
+static int load_user(builder *b, char *buf) {
+    int line = 1;
+    FOR_LINES(buf, l, line) {
+        if (full(b)) break;
+        if (is_blank(l)) continue;
+        cJSON *j = cJSON_Parse(l);
+        const cJSON *idv = cJSON_GetObjectItemCaseSensitive(j, "id"), *ans = cJSON_GetObjectItemCaseSensitive(j, "answer");
+        const cJSON *choices = cJSON_GetObjectItemCaseSensitive(j, "choices");
+        const char *prompt = jstr(j, "prompt"), *question = jstr(j, "question");
+        char idbuf[64];
+        const char *id = cJSON_IsString(idv) ? idv->valuestring
+                                             : (cJSON_IsNumber(idv) ? (snprintf(idbuf, sizeof idbuf, "%g", idv->valuedouble), idbuf) : NULL);
+        const char *why = NULL;
+        if (!j) why = "not valid JSON";
+        else if (!id) why = "missing \"id\"";
+        else if (prompt && (cJSON_IsString(ans) || cJSON_IsNumber(ans))) {
+            kvp_example *e = add(b);
+            char num[64];
+            e->id = xstrdup(id);
+            e->answer = cJSON_IsString(ans) ? xstrdup(ans->valuestring) : (snprintf(num, sizeof num, "%.17g", ans->valuedouble), xstrdup(num));
+            e->kind = is_number_text(e->answer) ? KVP_TASK_NUMBER : KVP_TASK_EXACT;
+            e->prompt = xstrdup(prompt);
+            e->source_line = line;
+        } else if (question && cJSON_IsArray(choices)) {
+            int n = cJSON_GetArraySize(choices), gold = -1;
+            const char *texts[26];
+            for (int i = 0; i < n && i < 26; i++) texts[i] = cJSON_IsString(cJSON_GetArrayItem(choices, i)) ? cJSON_GetArrayItem(choices, i)->valuestring : NULL;
+            if (cJSON_IsNumber(ans)) gold = ans->valueint;
+            else if (cJSON_IsString(ans) && strlen(ans->valuestring) == 1) gold = toupper((unsigned char)ans->valuestring[0]) - 'A';
+            int ok = n >= 2 && n <= 26 && gold >= 0 && gold < n;
+            for (int i = 0; ok && i < n; i++) ok = texts[i] != NULL;
+            if (!ok) why = "\"choices\" must be 2..26 strings and \"answer\" a valid index or letter";
+            else {
+                kvp_example *e = add(b);
+                e->id = xstrdup(id);
+                e->kind = KVP_TASK_CHOICE;
+                e->n_choices = n;
+                e->answer = fmt("%c", 'A' + gold);
+                e->prompt = choice_prompt(question, texts, n);
+                e->source_line = line;
+            }
+        } else {
+            why = "expected {id, prompt, answer} or {id, question, choices, answer}";
+        }
+        cJSON_Delete(j);
+        if (why && bad_row(b, line, why)) return b->err->code;
+    }
+    return 0;
+}
+
+/* ---- dispatch ---------------------------------------------------------------------------- */
+
+int kvp_dataset_load(const char *spec, const char *data_dir, int skip_bad_rows, kvp_dataset *d, kvp_error *err) {
+    memset(d, 0, sizeof *d);
+    char name[512], path[1024];
+    snprintf(name, sizeof name, "%s", spec);
+    int limit = 0;
+    char *colon = strrchr(name, ':');
+    if (colon) {
+        char *end;
+        long v = strtol(colon + 1, &end, 10);
+        if (*end || v <= 0) return kvp_fail(err, KVP_E_INVALID, "dataset '%s': N in NAME:N must be a positive integer", spec);
+        limit = (int)v;
+        *colon = 0;
+    }
+    if (!data_dir) data_dir = getenv("KVPROBE_DATA");
+    if (!data_dir) data_dir = "../shared/datasets";
+    builder b = {.d = d, .limit = limit, .skip_bad = skip_bad_rows, .path = path, .err = err};
+    size_t nl = strlen(name);
+    memcpy(d->name, name, nl < sizeof d->name ? nl + 1 : sizeof d->name - 1); /* display name; may be cut */
+    int rc;
+    char *buf = NULL;
+    size_t len;
+#define OPEN(fmtstr, ...)                                                                           \
+    do {                                                                                          \
+        snprintf(path, sizeof path, fmtstr, __VA_ARGS__);                                         \
+        if (!(buf = read_all(path, &len))) return kvp_fail(err, KVP_E_IO, "%s: cannot read", path); \
+    } while (0)
+    if (nl > 6 && !strcmp(name + nl - 6, ".jsonl")) {
+        OPEN("%s", name);
+        const char *base = strrchr(name, '/');
+        size_t bl = strlen(base ? base + 1 : name);
+        memcpy(d->name, base ? base + 1 : name, bl < sizeof d->name ? bl + 1 : sizeof d->name - 1);
+        d->max_new_tokens = 256;
+        rc = load_user(&b, buf);
+    } else if (!strcmp(name, "gsm8k")) {
+        OPEN("%s/gsm8k/test.jsonl", data_dir);
+        d->max_new_tokens = 320;
+        rc = load_gsm8k(&b, buf);
+    } else if (!strcmp(name, "sst2")) {
+        OPEN("%s/sst2/dev.tsv", data_dir);
+        d->max_new_tokens = 8;
+        rc = load_sst2(&b, buf);
+    } else if (!strcmp(name, "boolq")) {
+        d->max_new_tokens = 8;
+        snprintf(path, sizeof path, "%s/boolq/dev_part1.csv", data_dir);
+        rc = load_boolq_file(&b, path);
+        char path2[1024];
+        snprintf(path2, sizeof path2, "%s/boolq/dev_part2.csv", data_dir);
+        if (!rc && !full(&b)) rc = load_boolq_file(&b, path2);
+    } else if (!strcmp(name, "arc-easy") || !strcmp(name, "arc-challenge")) {
+        OPEN("%s/%s/test.jsonl", data_dir, name[4] == 'e' ? "arc_easy" : "arc_challenge");
+        d->max_new_tokens = 8;
+        rc = load_arc(&b, buf, name);
+    } else if (!strcmp(name, "mbpp")) {
+        OPEN("%s/mbpp/sanitized-mbpp.json", data_dir);
+        d->max_new_tokens = 384;
+        rc = load_mbpp(&b, buf);
+    } else if (!strcmp(name, "humaneval")) {
+        OPEN("%s/humaneval/HumanEval.jsonl.gz", data_dir);
+        d->max_new_tokens = 384;
+        rc = load_humaneval(&b, buf);
+    } else if (!strncmp(name, "bbh/", 4) && name[4] && !strchr(name + 4, '/') && !strstr(name, "..")) {
+        OPEN("%s/bbh/%s.json", data_dir, name + 4);
+        d->max_new_tokens = 32;
+        rc = load_bbh(&b, buf, name + 4);
+    } else {
+        rc = kvp_fail(err, KVP_E_INVALID,
+                      "unknown dataset '%s' (gsm8k, mbpp, humaneval, arc-easy, arc-challenge, sst2, boolq, bbh/<task>, or a .jsonl file)",
+                      name);
+    }
+#undef OPEN
+    free(buf);
+    if (!rc && d->n == 0) rc = kvp_fail(err, KVP_E_FORMAT, "dataset '%s': no usable examples", spec);
+    if (rc) kvp_dataset_free(d);
+    return rc;
+}
+
+void kvp_dataset_free(kvp_dataset *d) {
+    for (int i = 0; i < d->n; i++) free_example(&d->ex[i]);
+    free(d->ex);
+    d->ex = NULL;
+    d->n = 0;
+}

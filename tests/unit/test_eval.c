@@ -1,0 +1,146 @@
+/* Datasets, prompts, answer extraction and scoring. */
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "kvprobe/eval.h"
+
+static void write_tmp(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+int main(void) {
+    kvp_error err = {0};
+    struct {
+        const char *spec, *first_answer;
+        kvp_task_kind kind;
+        int full_count;
+    } sets[] = {
+        {"gsm8k", "18", KVP_TASK_NUMBER, 1319},       {"sst2", "positive", KVP_TASK_LABEL, 872},
+        {"boolq", "yes", KVP_TASK_LABEL, 3270},       {"arc-easy", "A", KVP_TASK_CHOICE, 2376},
+        {"arc-challenge", NULL, KVP_TASK_CHOICE, 1170}, {"mbpp", "", KVP_TASK_CODE, 427},
+        {"humaneval", "", KVP_TASK_CODE, 164},        {"bbh/boolean_expressions", "False", KVP_TASK_EXACT, 250},
+    };
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        char title[128];
+        snprintf(title, sizeof title, "dataset %s loads every row with its gold answer", sets[i].spec);
+        TEST(title) {
+            kvp_dataset d;
+            CHECK(kvp_dataset_load(sets[i].spec, NULL, 0, &d, &err) == 0, "%s", err.msg);
+            if (d.n == 0) continue;
+            CHECK(d.n == sets[i].full_count, "%d rows, expected %d", d.n, sets[i].full_count);
+            CHECK(d.ex[0].kind == sets[i].kind, "kind");
+            if (sets[i].first_answer) CHECK(!strcmp(d.ex[0].answer, sets[i].first_answer), "first answer '%s'", d.ex[0].answer);
+            for (int k = 0; k < d.n; k++)
+                if (!d.ex[k].prompt || !*d.ex[k].prompt || !d.ex[k].id) {
+                    CHECK(0, "row %d incomplete", k);
+                    break;
+                }
+            kvp_dataset_free(&d);
+        }
+    }
+    TEST("dataset NAME:N takes the first N in file order") {
+        kvp_dataset d;
+        CHECK(kvp_dataset_load("gsm8k:7", NULL, 0, &d, &err) == 0 && d.n == 7 && !strcmp(d.ex[0].id, "gsm8k-1"), "%s", err.msg);
+        CHECK(strstr(d.ex[0].prompt, "Janet") && strstr(d.ex[0].prompt, "Answer: <number>"), "prompt");
+        kvp_dataset_free(&d);
+        CHECK(kvp_dataset_load("gsm8k:0", NULL, 0, &d, &err) != 0, "N = 0 accepted");
+        CHECK(kvp_dataset_load("nonsense", NULL, 0, &d, &err) != 0 && strstr(err.msg, "unknown dataset"), "%s", err.msg);
+        CHECK(kvp_dataset_load("bbh/../gsm8k/test", NULL, 0, &d, &err) != 0, "path traversal accepted");
+    }
+    TEST("user jsonl: exact, numeric and multiple choice rows") {
+        const char *p = "/tmp/kvprobe-test-user.jsonl";
+        write_tmp(p, "{\"id\": \"a\", \"prompt\": \"2+2?\", \"answer\": \"4\"}\n"
+                     "{\"id\": 7, \"question\": \"Sky?\", \"choices\": [\"red\", \"blue\"], \"answer\": 1}\n"
+                     "{\"id\": \"c\", \"question\": \"Sky?\", \"choices\": [\"red\", \"blue\"], \"answer\": \"b\"}\n"
+                     "{\"id\": \"d\", \"prompt\": \"Capital of France?\", \"answer\": \"Paris\"}\n");
+        kvp_dataset d;
+        CHECK(kvp_dataset_load(p, NULL, 0, &d, &err) == 0 && d.n == 4, "%s", err.msg);
+        if (d.n == 4) {
+            CHECK(d.ex[0].kind == KVP_TASK_NUMBER && d.ex[1].kind == KVP_TASK_CHOICE && !strcmp(d.ex[1].answer, "B") &&
+                      !strcmp(d.ex[1].id, "7") && !strcmp(d.ex[2].answer, "B") && d.ex[3].kind == KVP_TASK_EXACT,
+                  "parsed rows");
+            CHECK(strstr(d.ex[1].prompt, "A. red\nB. blue") != NULL, "choice prompt");
+        }
+        kvp_dataset_free(&d);
+        unlink(p);
+    }
+    TEST("malformed rows: error names file and line; --skip-bad-rows counts them") {
+        const char *p = "/tmp/kvprobe-test-bad.jsonl";
+        write_tmp(p, "{\"id\": \"a\", \"prompt\": \"x\", \"answer\": \"1\"}\n{not json\n"
+                     "{\"id\": \"c\", \"question\": \"q\", \"choices\": [\"x\"], \"answer\": 3}\n"
+                     "{\"id\": \"d\", \"prompt\": \"y\", \"answer\": \"2\"}\n");
+        kvp_dataset d;
+        CHECK(kvp_dataset_load(p, NULL, 0, &d, &err) != 0 && strstr(err.msg, "kvprobe-test-bad.jsonl:2:"), "%s", err.msg);
+        CHECK(kvp_dataset_load(p, NULL, 1, &d, &err) == 0 && d.n == 2 && d.n_skipped == 2, "skipped %d", d.n_skipped);
+        kvp_dataset_free(&d);
+        unlink(p);
+        const char *q = "/tmp/kvprobe-test-bad";
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/sst2", q);
+        mkdir(q, 0755);
+        mkdir(dir, 0755);
+        write_tmp("/tmp/kvprobe-test-bad/sst2/dev.tsv", "text\tlabel\ngood film\t1\nno label here\nbad\t7\nok\t0\n");
+        CHECK(kvp_dataset_load("sst2", q, 0, &d, &err) != 0 && strstr(err.msg, "dev.tsv:3:"), "%s", err.msg);
+        CHECK(kvp_dataset_load("sst2", q, 1, &d, &err) == 0 && d.n == 2 && d.n_skipped == 2, "%s", err.msg);
+        kvp_dataset_free(&d);
+    }
+    TEST("extraction: numbers, choices, labels, code blocks") {
+        double v;
+        char r[64], letter;
+        CHECK(kvp_extract_number("She has 3 apples... Answer: 1,234.5 dollars", &v, r, sizeof r) && v == 1234.5, "%g", v);
+        CHECK(kvp_extract_number("first 12 then 7 and finally 42.", &v, r, sizeof r) && v == 42, "last number %g", v);
+        CHECK(kvp_extract_number("The answer is -3", &v, r, sizeof r) && v == -3, "%g", v);
+        CHECK(!kvp_extract_number("no digits", &v, r, sizeof r), "found a number in none");
+        CHECK(kvp_extract_choice("The answer is (C).", 4, &letter) && letter == 'C', "%c", letter);
+        CHECK(kvp_extract_choice("B. Because blue", 4, &letter) && letter == 'B', "%c", letter);
+        CHECK(kvp_extract_choice("I think A is right", 4, &letter) && letter == 'A', "first standalone: %c", letter);
+        CHECK(!kvp_extract_choice("E", 4, &letter), "E out of range");
+        CHECK(kvp_extract_label("Negative. It is not positive.", "positive|negative", r, sizeof r) && !strcmp(r, "negative"), "%s", r);
+        CHECK(!kvp_extract_label("Yesterday", "yes|no", r, sizeof r), "'yes' inside a word");
+        char *c = kvp_extract_code("Here:\n```python\ndef f():\n    return 1\n```\nDone");
+        CHECK(!strcmp(c, "def f():\n    return 1\n"), "'%s'", c);
+        free(c);
+    }
+    TEST("scoring: numbers, labels, choices, exact match") {
+        kvp_example num = {.kind = KVP_TASK_NUMBER, .answer = "18"};
+        kvp_example lab = {.kind = KVP_TASK_LABEL, .answer = "positive", .labels = "positive|negative"};
+        kvp_example ch = {.kind = KVP_TASK_CHOICE, .answer = "B", .n_choices = 4};
+        kvp_example ex = {.kind = KVP_TASK_EXACT, .answer = "(A)"};
+        kvp_score_result s;
+        kvp_score(&num, "16 - 3 - 4 = 9 eggs, 9 * 2 = 18.\nAnswer: $18", NULL, &s, &err);
+        CHECK(s.score == 1 && !strcmp(s.extracted, "18"), "%s", s.extracted);
+        kvp_score(&num, "Answer: 17", NULL, &s, &err);
+        CHECK(s.score == 0, "17 scored");
+        kvp_score(&lab, "Positive", NULL, &s, &err);
+        CHECK(s.score == 1, "label");
+        kvp_score(&ch, "B", NULL, &s, &err);
+        CHECK(s.score == 1, "choice");
+        kvp_score(&ex, "A\n", NULL, &s, &err);
+        CHECK(s.score == 1, "exact with parens: %s", s.extracted);
+        kvp_score(&ex, "The answer is (B).", NULL, &s, &err);
+        CHECK(s.score == 0, "exact wrong");
+    }
+    TEST("scoring code: canonical solutions pass, wrong ones fail (sandboxed)") {
+        kvp_dataset he, mb;
+        CHECK(kvp_dataset_load("humaneval:2", NULL, 0, &he, &err) == 0 && kvp_dataset_load("mbpp:1", NULL, 0, &mb, &err) == 0,
+              "%s", err.msg);
+        kvp_score_result s;
+        /* HumanEval/0: the body alone (header prepended because the answer lacks the def) */
+        const char *body = "```python\n    for i, a in enumerate(numbers):\n        for j, b in enumerate(numbers):\n"
+                           "            if i != j and abs(a - b) < threshold:\n                return True\n    return False\n```";
+        CHECK(kvp_score(&he.ex[0], body, NULL, &s, &err) == 0 && s.score == 1, "canonical body failed: %s", err.msg);
+        CHECK(kvp_score(&he.ex[0], "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```", NULL, &s,
+                        &err) == 0 && s.score == 0, "wrong solution passed");
+        const char *mb_ok = "```python\ndef similar_elements(a, b):\n    return tuple(set(a) & set(b))\n```";
+        CHECK(kvp_score(&mb.ex[0], mb_ok, NULL, &s, &err) == 0 && s.score == 1, "mbpp solution failed");
+        CHECK(kvp_score(&mb.ex[0], "def similar_elements(a, b):\n    while True: pass\n", &(kvp_sandbox_opts){.timeout_s = 1}, &s,
+                        &err) == 0 && s.score == 0, "looping solution passed");
+        kvp_dataset_free(&he);
+        kvp_dataset_free(&mb);
+    }
+    return harness_finish();
+}
