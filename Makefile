@@ -14,9 +14,9 @@ ARCHFLAGS ?= -march=native
 CFLAGS  ?= $(OPT) $(ARCHFLAGS) -g
 SANITIZE ?=
 KVP_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -MMD -MP $(SANITIZE)
-LDLIBS  := -lpcre2-8 -lutf8proc -lcjson -lz -lm -lpthread $(SANITIZE)
+LDLIBS  := -lpcre2-8 -lutf8proc -lcjson -lz -lcrypto -lm -lpthread $(SANITIZE)
 
-LIB_SRC := $(sort $(wildcard src/gguf/*.c src/tensor/*.c src/model/*.c src/kv/*.c src/text/*.c src/eval/*.c src/util/*.c))
+LIB_SRC := $(sort $(wildcard src/gguf/*.c src/tensor/*.c src/model/*.c src/kv/*.c src/text/*.c src/eval/*.c src/sweep/*.c src/util/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
 TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -65,7 +65,7 @@ sanitize:
 # libFuzzer (clang): FUZZ_SECONDS of fuzzing over the committed corpus (seeds never modified).
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-FUZZ_LIBS := -lpcre2-8 -lutf8proc -lcjson -lz -lm -lpthread
+FUZZ_LIBS := -lpcre2-8 -lutf8proc -lcjson -lz -lcrypto -lm -lpthread
 build-fuzz/%: fuzz/%.c $(LIB_SRC)
 	@mkdir -p build-fuzz
 	clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude $(FUZZ_CFLAGS) \

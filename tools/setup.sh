@@ -10,6 +10,7 @@ have_header pcre2.h || need="$need libpcre2-dev"
 have_header utf8proc.h || need="$need libutf8proc-dev"
 have_header cjson/cJSON.h || need="$need libcjson-dev"
 have_header zlib.h || need="$need zlib1g-dev"
+have_header openssl/evp.h || need="$need libssl-dev"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
 python3 -m pip --version >/dev/null 2>&1 || need="$need python3-pip"
 if [ "${KVPROBE_WITH_CLANG:-0}" = 1 ]; then

@@ -20,5 +20,8 @@
 #include "kvprobe/tokenizer.h"
 #include "kvprobe/chat.h"
 #include "kvprobe/splice.h"
+#include "kvprobe/eval.h"
+#include "kvprobe/sandbox.h"
+#include "kvprobe/sweep.h"
 
 #endif

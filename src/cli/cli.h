@@ -7,6 +7,8 @@
 int cmd_inspect(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 
 #include "kvprobe/chat.h"
 

@@ -48,6 +48,9 @@ static void usage(FILE *f) {
             "           [--no-bos] [--ids]     greedy (default) or seeded sampling\n"
             "  tokenize (-m MODEL | --hf tokenizer.json) [--ids] [--bos] [--parse-special] TEXT\n"
             "                                  tokens with their text pieces, or ids only\n"
+            "  sweep -m MODEL --dataset NAME[:N] [--conditions ...] [--layers ...] [--steps ...] [--out DIR]\n"
+            "                                  KV splice experiment grid with records and a report\n"
+            "  report DIR                      rebuild a sweep's summary and report\n"
             "  version                         print the version\n\n"
             "Run 'kvprobe <command> --help' for details.\n",
             KVPROBE_VERSION);
@@ -62,6 +65,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sweep")) return cmd_sweep(argc - 1, argv + 1);
+    if (!strcmp(cmd, "report")) return cmd_report(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("kvprobe %s\n", KVPROBE_VERSION);
         return 0;

@@ -494,10 +494,10 @@ int kvp_dataset_load(const char *spec, const char *data_dir, int skip_bad_rows, 
         rc = load_gsm8k(&b, buf);
     } else if (!strcmp(name, "sst2")) {
         OPEN("%s/sst2/dev.tsv", data_dir);
-        d->max_new_tokens = 8;
+        d->max_new_tokens = 16;
         rc = load_sst2(&b, buf);
     } else if (!strcmp(name, "boolq")) {
-        d->max_new_tokens = 8;
+        d->max_new_tokens = 16;
         snprintf(path, sizeof path, "%s/boolq/dev_part1.csv", data_dir);
         rc = load_boolq_file(&b, path);
         char path2[1024];
@@ -505,7 +505,7 @@ int kvp_dataset_load(const char *spec, const char *data_dir, int skip_bad_rows, 
         if (!rc && !full(&b)) rc = load_boolq_file(&b, path2);
     } else if (!strcmp(name, "arc-easy") || !strcmp(name, "arc-challenge")) {
         OPEN("%s/%s/test.jsonl", data_dir, name[4] == 'e' ? "arc_easy" : "arc_challenge");
-        d->max_new_tokens = 8;
+        d->max_new_tokens = 16;
         rc = load_arc(&b, buf, name);
     } else if (!strcmp(name, "mbpp")) {
         OPEN("%s/mbpp/sanitized-mbpp.json", data_dir);

@@ -1,0 +1,65 @@
+/* kvprobe — the splice sweep: conditions x layer cutoffs L x decoding steps W over a dataset.
+ *
+ * Per example: one clean prefill of the prompt without its last token, one prefill per
+ * donor (BLANK, OTHER), one clean greedy decode. For each W the clean cache is forked at
+ * step W, every (condition, L) cell is spliced, and all cells of that W decode together as
+ * one batch (one forward pass per step, weights read once) until their end token or the
+ * token limit. Greedy and deterministic: the same command gives the same records, and a
+ * rerun resumes, skipping finished cells. Outputs in out_dir:
+ *   results.jsonl  one record per example x cell (appended and flushed as cells finish)
+ *   summary.csv    accuracy per condition x L x W with n and a Wilson 95% interval
+ *   report.html    heatmaps, accuracy-vs-L curves, metrics, example completions
+ *   *.svg          the figures alone */
+#ifndef KVPROBE_SWEEP_H
+#define KVPROBE_SWEEP_H
+
+#include <stdint.h>
+
+#include "kvprobe/error.h"
+#include "kvprobe/splice.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVP_SWEEP_MAX_LAYERS 128
+#define KVP_SWEEP_MAX_STEPS 64
+
+typedef struct kvp_sweep_opts {
+    const char *model_path;
+    const char *dataset;        /* NAME[:N] or PATH.jsonl[:N] */
+    const char *data_dir;       /* NULL: $KVPROBE_DATA or ../shared/datasets */
+    int skip_bad_rows;
+    kvp_condition conds[KVP_COND_COUNT];
+    int n_conds;                /* 0: clean, blank, zero */
+    int layers[KVP_SWEEP_MAX_LAYERS];
+    int n_layers;               /* 0: auto, about 8 cutoffs evenly from 0 to n_layer-1 */
+    int steps[KVP_SWEEP_MAX_STEPS];
+    int n_steps;                /* 0: 0,1,2,4,8,16,32 */
+    int max_new_tokens;         /* 0: the dataset's default */
+    kvp_span span;
+    const char *filler;         /* BLANK filler text (NULL: KVP_DEFAULT_FILLER) */
+    const char *system;         /* optional system message */
+    const char *template_name;  /* NULL: from the GGUF */
+    int thinking;               /* Qwen3 enable_thinking (default 0: off, as the study) */
+    const char *out_dir;
+    int threads;
+    int unbatched;              /* 1: decode each cell alone (for benchmarks) */
+    uint64_t seed;              /* noise condition */
+    int kl_steps;               /* KL window after the edit (default 8) */
+    int quiet;                  /* no progress line */
+    int no_report;              /* skip summary/report at the end */
+} kvp_sweep_opts;
+
+int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err);
+
+/* Write summary.csv, report.html and the SVG figures from out_dir/results.jsonl. */
+int kvp_sweep_report(const char *out_dir, kvp_error *err);
+
+/* Wilson score interval for k successes out of n at 95%. */
+void kvp_wilson(int k, int n, double *lo, double *hi);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

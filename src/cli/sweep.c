@@ -1,0 +1,136 @@
+/* kvprobe sweep / kvprobe report: thin wrappers over kvp_sweep_run / kvp_sweep_report. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kvprobe/kvprobe.h"
+#include "kvprobe/sweep.h"
+
+static void sweep_usage(FILE *f) {
+    fprintf(f,
+            "usage: kvprobe sweep -m MODEL --dataset NAME[:N] [options]\n"
+            "  --dataset SPEC         gsm8k mbpp humaneval arc-easy arc-challenge sst2 boolq bbh/<task>,\n"
+            "                         or a .jsonl file; NAME:N = first N examples\n"
+            "  --conditions LIST      clean,blank,zero,mean,noise,other,drop,drop-content (default clean,blank,zero)\n"
+            "  --layers auto|L1,L2..  first edited layer cutoffs (auto: ~8 evenly spaced)\n"
+            "  --steps W1,W2,...      decoding steps of the edit (default 0,1,2,4,8,16,32)\n"
+            "  --span all-prompt|user-content|scaffold   prompt positions edited (default all-prompt)\n"
+            "  --max-new-tokens N     generation limit (default: per dataset)\n"
+            "  --filler TEXT          BLANK donor filler text\n"
+            "  --system TEXT          system message\n"
+            "  --template NAME        chat template override\n"
+            "  --thinking             Qwen3: enable_thinking=true (default off)\n"
+            "  --data-dir DIR         datasets directory (default $KVPROBE_DATA or ../shared/datasets)\n"
+            "  --skip-bad-rows        skip malformed dataset rows (count reported)\n"
+            "  --seed S               noise condition seed (default 1)\n"
+            "  --out DIR              output directory (default sweep-out); rerunning resumes\n"
+            "  -t, --threads N        threads\n"
+            "  --unbatched            decode every cell alone (same records; for benchmarks)\n"
+            "  --quiet                no progress line\n"
+            "usage: kvprobe report DIR    rebuild summary.csv, report.html and figures from DIR/results.jsonl\n");
+}
+
+static int parse_list(const char *opt, const char *s, int *out, int max, int *n) {
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 1000000 || (*end && *end != ',') || *n >= max) {
+            fprintf(stderr, "kvprobe sweep: %s expects comma-separated non-negative integers, got '%s'\n", opt, s);
+            return -1;
+        }
+        out[(*n)++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return *n ? 0 : -1;
+}
+
+int cmd_sweep(int argc, char **argv) {
+    kvp_sweep_opts o;
+    memset(&o, 0, sizeof o);
+    o.out_dir = "sweep-out";
+    o.seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--dataset") || !strcmp(a, "--conditions") ||
+                    !strcmp(a, "--layers") || !strcmp(a, "--steps") || !strcmp(a, "--span") || !strcmp(a, "--max-new-tokens") ||
+                    !strcmp(a, "--filler") || !strcmp(a, "--system") || !strcmp(a, "--template") || !strcmp(a, "--data-dir") ||
+                    !strcmp(a, "--seed") || !strcmp(a, "--out") || !strcmp(a, "-t") || !strcmp(a, "--threads");
+        if (takes && !v) {
+            fprintf(stderr, "kvprobe sweep: %s needs a value\n", a);
+            return 1;
+        }
+        if (takes) i++;
+        long n;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model_path = v;
+        else if (!strcmp(a, "--dataset")) o.dataset = v;
+        else if (!strcmp(a, "--data-dir")) o.data_dir = v;
+        else if (!strcmp(a, "--filler")) o.filler = v;
+        else if (!strcmp(a, "--system")) o.system = v;
+        else if (!strcmp(a, "--template")) o.template_name = v;
+        else if (!strcmp(a, "--out")) o.out_dir = v;
+        else if (!strcmp(a, "--thinking")) o.thinking = 1;
+        else if (!strcmp(a, "--skip-bad-rows")) o.skip_bad_rows = 1;
+        else if (!strcmp(a, "--unbatched")) o.unbatched = 1;
+        else if (!strcmp(a, "--quiet")) o.quiet = 1;
+        else if (!strcmp(a, "--seed")) {
+            if (cli_int(a, v, 0, 0x7fffffff, &n)) return 1;
+            o.seed = (uint64_t)n;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (cli_int(a, v, 1, 256, &n)) return 1;
+            o.threads = (int)n;
+        } else if (!strcmp(a, "--max-new-tokens")) {
+            if (cli_int(a, v, 1, 1 << 20, &n)) return 1;
+            o.max_new_tokens = (int)n;
+        } else if (!strcmp(a, "--layers")) {
+            if (strcmp(v, "auto") && parse_list(a, v, o.layers, KVP_SWEEP_MAX_LAYERS, &o.n_layers)) return 1;
+        } else if (!strcmp(a, "--steps")) {
+            if (parse_list(a, v, o.steps, KVP_SWEEP_MAX_STEPS, &o.n_steps)) return 1;
+        } else if (!strcmp(a, "--span")) {
+            if (kvp_span_from_name(v, &o.span)) {
+                fprintf(stderr, "kvprobe sweep: --span is all-prompt, user-content or scaffold, not '%s'\n", v);
+                return 1;
+            }
+        } else if (!strcmp(a, "--conditions")) {
+            char buf[512];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                kvp_condition c;
+                if (kvp_condition_from_name(tok, &c) || o.n_conds >= KVP_COND_COUNT) {
+                    fprintf(stderr, "kvprobe sweep: unknown condition '%s' (clean, blank, zero, mean, noise, other, drop, drop-content)\n",
+                            tok);
+                    return 1;
+                }
+                o.conds[o.n_conds++] = c;
+            }
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            sweep_usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "kvprobe sweep: unknown option '%s'\n", a);
+            sweep_usage(stderr);
+            return 1;
+        }
+    }
+    if (!o.model_path || !o.dataset) {
+        sweep_usage(stderr);
+        return 1;
+    }
+    kvp_error err = {0};
+    if (kvp_sweep_run(&o, &err)) return cli_error(&err);
+    fprintf(stderr, "[sweep] report: %s/report.html (summary.csv, results.jsonl)\n", o.out_dir);
+    return 0;
+}
+
+int cmd_report(int argc, char **argv) {
+    if (argc != 2 || argv[1][0] == '-') {
+        fprintf(stderr, "usage: kvprobe report DIR\n");
+        return 1;
+    }
+    kvp_error err = {0};
+    if (kvp_sweep_report(argv[1], &err)) return cli_error(&err);
+    printf("%s/report.html\n", argv[1]);
+    return 0;
+}

@@ -1,0 +1,365 @@
+/* Sweep reports from results.jsonl: summary.csv (Wilson 95% intervals), a self-contained
+ * report.html (inline SVG, no network), and the SVG figures alone. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvprobe/kvprobe.h"
+#include "kvprobe/sweep.h"
+
+void kvp_wilson(int k, int n, double *lo, double *hi) {
+    if (n <= 0) {
+        *lo = 0;
+        *hi = 1;
+        return;
+    }
+    const double z = 1.959963984540054;
+    double p = (double)k / n, z2 = z * z, den = 1 + z2 / n;
+    double c = (p + z2 / (2 * n)) / den, h = z * sqrt(p * (1 - p) / n + z2 / (4.0 * n * n)) / den;
+    *lo = fmax(0, c - h);
+    *hi = fmin(1, c + h);
+}
+
+/* ---- aggregation ------------------------------------------------------------------------- */
+
+typedef struct agg {
+    char cond[24];
+    int L, W;
+    int n;
+    double score, kl, agree;
+    int kl_n;
+} agg;
+
+typedef struct sample {
+    char *id, *cond, *text;
+    int L, W;
+    double score;
+} sample;
+
+typedef struct report {
+    agg *a;
+    int n_a, cap_a;
+    sample *s;
+    int n_s, cap_s;
+    char dataset[128], model_sha[65];
+    int Ls[256], n_L, Ws[256], n_W;
+    char conds[16][24];
+    int n_conds;
+    int clean_L;
+} report;
+
+static agg *find_agg(report *r, const char *cond, int L, int W) {
+    for (int i = 0; i < r->n_a; i++)
+        if (r->a[i].L == L && r->a[i].W == W && !strcmp(r->a[i].cond, cond)) return &r->a[i];
+    if (r->n_a == r->cap_a) {
+        r->cap_a = r->cap_a ? 2 * r->cap_a : 64;
+        r->a = realloc(r->a, (size_t)r->cap_a * sizeof *r->a);
+    }
+    agg *a = &r->a[r->n_a++];
+    memset(a, 0, sizeof *a);
+    snprintf(a->cond, sizeof a->cond, "%s", cond);
+    a->L = L;
+    a->W = W;
+    return a;
+}
+
+static void add_int(int *v, int *n, int x) {
+    for (int i = 0; i < *n; i++)
+        if (v[i] == x) return;
+    if (*n < 256) v[(*n)++] = x;
+}
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+static int load(report *r, const char *path, kvp_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return kvp_fail(err, KVP_E_IO, "%s: cannot open", path);
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0;
+    while (getline(&line, &cap, f) > 0) {
+        lineno++;
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "condition"), *L = cJSON_GetObjectItemCaseSensitive(j, "L"),
+                    *W = cJSON_GetObjectItemCaseSensitive(j, "W"), *sc = cJSON_GetObjectItemCaseSensitive(j, "score"),
+                    *kl = cJSON_GetObjectItemCaseSensitive(j, "kl_mean"), *ag = cJSON_GetObjectItemCaseSensitive(j, "agreement"),
+                    *id = cJSON_GetObjectItemCaseSensitive(j, "example_id"), *tx = cJSON_GetObjectItemCaseSensitive(j, "text"),
+                    *ds = cJSON_GetObjectItemCaseSensitive(j, "dataset"), *sha = cJSON_GetObjectItemCaseSensitive(j, "model_sha256");
+        if (!cJSON_IsString(c) || !cJSON_IsNumber(L) || !cJSON_IsNumber(W) || !cJSON_IsNumber(sc) || !cJSON_IsString(id)) {
+            cJSON_Delete(j);
+            free(line);
+            fclose(f);
+            return kvp_fail(err, KVP_E_FORMAT, "%s:%d: not a kvprobe record", path, lineno);
+        }
+        if (cJSON_IsString(ds)) snprintf(r->dataset, sizeof r->dataset, "%s", ds->valuestring);
+        if (cJSON_IsString(sha)) snprintf(r->model_sha, sizeof r->model_sha, "%s", sha->valuestring);
+        agg *a = find_agg(r, c->valuestring, L->valueint, W->valueint);
+        a->n++;
+        a->score += sc->valuedouble;
+        if (cJSON_IsNumber(kl)) a->kl += kl->valuedouble, a->kl_n++;
+        if (cJSON_IsNumber(ag)) a->agree += ag->valuedouble;
+        if (strcmp(c->valuestring, "clean")) {
+            add_int(r->Ls, &r->n_L, L->valueint);
+            add_int(r->Ws, &r->n_W, W->valueint);
+            int known = 0;
+            for (int i = 0; i < r->n_conds; i++) known |= !strcmp(r->conds[i], c->valuestring);
+            if (!known && r->n_conds < 16) snprintf(r->conds[r->n_conds++], 24, "%s", c->valuestring);
+        } else {
+            r->clean_L = L->valueint;
+        }
+        if (r->n_s < 400) { /* the first examples' records, for side-by-side completions */
+            if (r->n_s == r->cap_s) {
+                r->cap_s = r->cap_s ? 2 * r->cap_s : 64;
+                r->s = realloc(r->s, (size_t)r->cap_s * sizeof *r->s);
+            }
+            r->s[r->n_s++] = (sample){strdup(id->valuestring), strdup(c->valuestring),
+                                      strdup(cJSON_IsString(tx) ? tx->valuestring : ""), L->valueint, W->valueint,
+                                      sc->valuedouble};
+        }
+        cJSON_Delete(j);
+    }
+    free(line);
+    fclose(f);
+    qsort(r->Ls, (size_t)r->n_L, sizeof(int), cmp_int);
+    qsort(r->Ws, (size_t)r->n_W, sizeof(int), cmp_int);
+    if (!r->n_a) return kvp_fail(err, KVP_E_FORMAT, "%s: no records", path);
+    return 0;
+}
+
+/* ---- output helpers ---------------------------------------------------------------------- */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (b->n + (size_t)k + 1 > b->cap) {
+        b->cap = (b->n + (size_t)k + 1) * 2;
+        b->p = realloc(b->p, b->cap);
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)k;
+}
+
+static void sb_html(sbuf *b, const char *s) {
+    for (; *s; s++) {
+        if (*s == '<') sb_printf(b, "&lt;");
+        else if (*s == '>') sb_printf(b, "&gt;");
+        else if (*s == '&') sb_printf(b, "&amp;");
+        else if (*s == '"') sb_printf(b, "&quot;");
+        else sb_printf(b, "%c", *s);
+    }
+}
+
+static int write_file(const char *dir, const char *name, const char *text, kvp_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) return kvp_fail(err, KVP_E_IO, "%s: cannot write", path);
+    return 0;
+}
+
+/* Accuracy 0..1 -> a perceptually ordered colour (dark blue -> teal -> yellow). */
+static void color(double v, char *out) {
+    static const double stops[5][3] = {{68, 1, 84}, {59, 82, 139}, {33, 145, 140}, {94, 201, 98}, {253, 231, 37}};
+    if (v != v) {
+        snprintf(out, 16, "#dddddd");
+        return;
+    }
+    v = fmin(1, fmax(0, v)) * 4;
+    int i = (int)v < 4 ? (int)v : 3;
+    double t = v - i;
+    snprintf(out, 16, "#%02x%02x%02x", (int)(stops[i][0] + t * (stops[i + 1][0] - stops[i][0])),
+             (int)(stops[i][1] + t * (stops[i + 1][1] - stops[i][1])), (int)(stops[i][2] + t * (stops[i + 1][2] - stops[i][2])));
+}
+
+static double acc_of(report *r, const char *cond, int L, int W, int *n) {
+    for (int i = 0; i < r->n_a; i++)
+        if (r->a[i].L == L && r->a[i].W == W && !strcmp(r->a[i].cond, cond)) {
+            *n = r->a[i].n;
+            return r->a[i].score / r->a[i].n;
+        }
+    *n = 0;
+    return NAN;
+}
+
+static double clean_acc(report *r, int *n) {
+    int k = 0, m = 0;
+    for (int i = 0; i < r->n_a; i++)
+        if (!strcmp(r->a[i].cond, "clean")) k += (int)lround(r->a[i].score), m += r->a[i].n;
+    *n = m;
+    return m ? (double)k / m : NAN;
+}
+
+static void heatmap_svg(report *r, const char *cond, sbuf *b) {
+    int cw = 64, ch = 30, left = 70, top = 50;
+    int w = left + cw * r->n_W + 20, h = top + ch * r->n_L + 50, nc;
+    double ca = clean_acc(r, &nc);
+    sb_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", w, h);
+    sb_printf(b, "<text x=\"%d\" y=\"20\" font-size=\"14\" font-weight=\"bold\">%s: accuracy by layer cutoff L and step W</text>\n", left,
+              cond);
+    sb_printf(b, "<text x=\"%d\" y=\"38\">%s, clean %.1f%% (n=%d)</text>\n", left, r->dataset, 100 * ca, nc);
+    for (int li = 0; li < r->n_L; li++) {
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">L=%d</text>\n", left - 6, top + li * ch + ch / 2 + 4, r->Ls[li]);
+        for (int wi = 0; wi < r->n_W; wi++) {
+            int n;
+            double a = acc_of(r, cond, r->Ls[li], r->Ws[wi], &n);
+            char col[16];
+            color(a, col);
+            sb_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"><title>%s L=%d W=%d: %.1f%% (n=%d)</title></rect>\n",
+                      left + wi * cw, top + li * ch, cw - 1, ch - 1, col, cond, r->Ls[li], r->Ws[wi], 100 * a, n);
+            if (n)
+                sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"%s\">%.0f</text>\n", left + wi * cw + cw / 2,
+                          top + li * ch + ch / 2 + 4, a > 0.6 ? "#000" : "#fff", 100 * a);
+        }
+    }
+    for (int wi = 0; wi < r->n_W; wi++)
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">W=%d</text>\n", left + wi * cw + cw / 2, top + r->n_L * ch + 16,
+                  r->Ws[wi]);
+    sb_printf(b, "<text x=\"%d\" y=\"%d\">step W (columns) / first edited layer L (rows); cell = accuracy %%</text>\n", left,
+              top + r->n_L * ch + 36);
+    sb_printf(b, "</svg>\n");
+}
+
+static void curves_svg(report *r, int W, sbuf *b) {
+    static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+    int pw = 420, ph = 220, left = 50, top = 40, h = top + ph + 60, w = left + pw + 150, nc;
+    double ca = clean_acc(r, &nc);
+    int maxL = r->n_L ? r->Ls[r->n_L - 1] : 1;
+    if (maxL < 1) maxL = 1;
+    sb_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", w, h);
+    sb_printf(b, "<text x=\"%d\" y=\"20\" font-size=\"14\" font-weight=\"bold\">Accuracy vs first edited layer L, W=%d</text>\n", left, W);
+    sb_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#999\"/>\n", left, top, pw, ph);
+    for (int t = 0; t <= 4; t++)
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%d%%</text><line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#eee\"/>\n",
+                  left - 4, top + ph - t * ph / 4 + 4, 25 * t, left, left + pw, top + ph - t * ph / 4, top + ph - t * ph / 4);
+    for (int li = 0; li < r->n_L; li++)
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%d</text>\n", left + r->Ls[li] * pw / maxL, top + ph + 16, r->Ls[li]);
+    sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">first edited layer L</text>\n", left + pw / 2, top + ph + 34);
+    if (nc) {
+        int y = top + ph - (int)lround(ca * ph);
+        sb_printf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#000\" stroke-dasharray=\"5,4\"/>\n", left, left + pw, y, y);
+        sb_printf(b, "<text x=\"%d\" y=\"%d\">clean %.0f%%</text>\n", left + pw + 8, y + 4, 100 * ca);
+    }
+    for (int ci = 0; ci < r->n_conds; ci++) {
+        const char *col = palette[ci % 8];
+        sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
+        for (int li = 0; li < r->n_L; li++) {
+            int n;
+            double a = acc_of(r, r->conds[ci], r->Ls[li], W, &n);
+            if (n) sb_printf(b, "%d,%d ", left + r->Ls[li] * pw / maxL, top + ph - (int)lround(a * ph));
+        }
+        sb_printf(b, "\"/>\n<text x=\"%d\" y=\"%d\" fill=\"%s\">%s</text>\n", left + pw + 8, top + 16 + 16 * ci, col, r->conds[ci]);
+    }
+    sb_printf(b, "</svg>\n");
+}
+
+int kvp_sweep_report(const char *dir, kvp_error *err) {
+    report r;
+    memset(&r, 0, sizeof r);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/results.jsonl", dir);
+    int rc = load(&r, path, err);
+    sbuf csv = {0}, html = {0}, svg = {0};
+    if (rc) goto out;
+    /* summary.csv */
+    sb_printf(&csv, "dataset,condition,L,W,n,accuracy,ci95_low,ci95_high,mean_kl,mean_agreement\n");
+    for (int i = 0; i < r.n_a; i++) {
+        agg *a = &r.a[i];
+        double lo, hi;
+        int k = (int)lround(a->score);
+        kvp_wilson(k, a->n, &lo, &hi);
+        sb_printf(&csv, "%s,%s,%d,%d,%d,%.4f,%.4f,%.4f,", r.dataset, a->cond, a->L, a->W, a->n, a->score / a->n, lo, hi);
+        if (a->kl_n) sb_printf(&csv, "%.5f,", a->kl / a->kl_n);
+        else sb_printf(&csv, ",");
+        sb_printf(&csv, "%.4f\n", a->agree / a->n);
+    }
+    if ((rc = write_file(dir, "summary.csv", csv.p, err))) goto out;
+    /* figures */
+    int nc;
+    double ca = clean_acc(&r, &nc), clo, chi;
+    kvp_wilson((int)lround(ca * nc), nc, &clo, &chi);
+    sb_printf(&html, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>kvprobe sweep: %s</title>\n"
+                     "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+                     "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}"
+                     "pre{white-space:pre-wrap;background:#f6f6f6;padding:6px;font-size:12px;max-height:18em;overflow:auto}"
+                     ".cols{display:flex;gap:10px}.cols>div{flex:1;min-width:0}</style></head><body>\n",
+              r.dataset);
+    sb_printf(&html, "<h1>KV splice sweep: %s</h1>\n<p>Model sha256 <code>%s</code>. Clean accuracy <b>%.1f%%</b> "
+                     "(n=%d, 95%% CI %.1f–%.1f%%).</p>\n",
+              r.dataset, r.model_sha, 100 * ca, nc, 100 * clo, 100 * chi);
+    sb_printf(&html, "<h2>Accuracy heatmaps</h2>\n");
+    for (int ci = 0; ci < r.n_conds; ci++) {
+        svg.n = 0;
+        heatmap_svg(&r, r.conds[ci], &svg);
+        char name[64];
+        snprintf(name, sizeof name, "heatmap_%s.svg", r.conds[ci]);
+        if ((rc = write_file(dir, name, svg.p, err))) goto out;
+        sb_printf(&html, "%s", svg.p);
+    }
+    sb_printf(&html, "<h2>Accuracy vs layer cutoff</h2>\n");
+    for (int wi = 0; wi < r.n_W; wi++) {
+        svg.n = 0;
+        curves_svg(&r, r.Ws[wi], &svg);
+        char name[64];
+        snprintf(name, sizeof name, "accuracy_vs_L_W%d.svg", r.Ws[wi]);
+        if ((rc = write_file(dir, name, svg.p, err))) goto out;
+        sb_printf(&html, "%s", svg.p);
+    }
+    sb_printf(&html, "<h2>Per-cell metrics</h2>\n<p>KL = mean KL(clean ‖ edited) of the next-token distributions over the "
+                     "first steps after the edit; agreement = share of generated tokens from step W on equal to the clean "
+                     "continuation.</p>\n<table><tr><th>condition</th><th>L</th><th>W</th><th>n</th><th>accuracy</th>"
+                     "<th>95%% CI</th><th>KL</th><th>agreement</th></tr>\n");
+    for (int i = 0; i < r.n_a; i++) {
+        agg *a = &r.a[i];
+        double lo, hi;
+        kvp_wilson((int)lround(a->score), a->n, &lo, &hi);
+        sb_printf(&html, "<tr><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%.1f%%</td><td>%.1f–%.1f%%</td>", a->cond, a->L, a->W,
+                  a->n, 100 * a->score / a->n, 100 * lo, 100 * hi);
+        if (a->kl_n) sb_printf(&html, "<td>%.4f</td>", a->kl / a->kl_n);
+        else sb_printf(&html, "<td>–</td>");
+        sb_printf(&html, "<td>%.3f</td></tr>\n", a->agree / a->n);
+    }
+    sb_printf(&html, "</table>\n<h2>Example completions</h2>\n");
+    /* For the first examples: clean next to blank and zero at the deepest-edit cell shown. */
+    int shown = 0, Lpick = r.n_L ? r.Ls[r.n_L / 2] : 0, Wpick = r.n_W ? r.Ws[0] : 0;
+    for (int i = 0; i < r.n_s && shown < 3; i++) {
+        if (strcmp(r.s[i].cond, "clean")) continue;
+        shown++;
+        sb_printf(&html, "<h3>");
+        sb_html(&html, r.s[i].id);
+        sb_printf(&html, " — edits at L=%d, W=%d</h3>\n<div class=\"cols\">", Lpick, Wpick);
+        const char *want[] = {"clean", "blank", "zero"};
+        for (int k = 0; k < 3; k++)
+            for (int q = 0; q < r.n_s; q++) {
+                sample *s = &r.s[q];
+                if (strcmp(s->id, r.s[i].id) || strcmp(s->cond, want[k]) || (k && (s->L != Lpick || s->W != Wpick))) continue;
+                sb_printf(&html, "<div><b>%s</b> (score %.0f)<pre>", want[k], s->score);
+                sb_html(&html, s->text);
+                sb_printf(&html, "</pre></div>");
+                break;
+            }
+        sb_printf(&html, "</div>\n");
+    }
+    sb_printf(&html, "<p>Generated by kvprobe %s from <code>results.jsonl</code>.</p></body></html>\n", KVPROBE_VERSION);
+    rc = write_file(dir, "report.html", html.p, err);
+out:
+    free(csv.p);
+    free(html.p);
+    free(svg.p);
+    for (int i = 0; i < r.n_s; i++) free(r.s[i].id), free(r.s[i].cond), free(r.s[i].text);
+    free(r.s);
+    free(r.a);
+    return rc;
+}
