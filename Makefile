@@ -47,7 +47,7 @@ test: deps models
 	@$(MAKE) --no-print-directory check
 
 check: all $(TEST_BINS)
-	@KVPROBE=$(BUILD)/kvprobe sh tests/run.sh $(TEST_BINS) tests/cli/test_cli.sh
+	@KVPROBE=$(BUILD)/kvprobe sh tests/run.sh $(TEST_BINS) tests/cli/test_cli.sh tests/cli/test_sweep.sh
 
 deps:
 	@sh tools/setup.sh

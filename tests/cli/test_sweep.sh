@@ -1,0 +1,85 @@
+#!/bin/sh
+# End-to-end splice sweep on a real model: records, determinism, batched == unbatched,
+# resume after kill -9 equals an uninterrupted run, reports, config pinning.
+KVPROBE=${KVPROBE:-build/kvprobe}
+SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ARGS="-m $SMOL --dataset sst2:3 --layers 0,20 --steps 0,3 --conditions clean,blank,zero,drop-content --max-new-tokens 12 -t 2 --quiet"
+
+ok() { echo "ok - $1"; }
+notok() { echo "not ok - $1"; [ -n "${2:-}" ] && sed 's/^/#   /' "$2" | head -20; }
+# records without the timing object (wall-clock times differ between runs)
+strip() { sed 's/,"timing":{[^}]*}//' "$1"; }
+
+if "$KVPROBE" sweep $ARGS --out "$tmp/a" >"$tmp/a.log" 2>&1; then ok "sweep: a small grid runs end to end"
+else notok "sweep: a small grid runs end to end" "$tmp/a.log"; fi
+
+n=$(wc -l < "$tmp/a/results.jsonl" 2>/dev/null || echo 0)
+# 3 examples x (1 clean + 2 W x 3 conditions x 2 L) = 39 records
+if [ "$n" -eq 39 ]; then ok "sweep: one record per example x cell (39)"; else notok "sweep: one record per example x cell (got $n)"; fi
+
+if python3 - "$tmp/a" <<'PY'
+import json, sys, csv, os
+d = sys.argv[1]
+recs = [json.loads(l) for l in open(d + "/results.jsonl")]
+need = {"dataset", "example_id", "condition", "L", "W", "text", "tokens", "extracted", "score", "decode_steps",
+        "timing", "model_sha256", "kvprobe_version", "kl_mean", "agreement"}
+assert all(need <= set(r) for r in recs), "missing fields"
+assert all(r["model_sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53" for r in recs)
+clean = {r["example_id"]: r for r in recs if r["condition"] == "clean"}
+for r in recs:
+    if r["condition"] != "clean" and r["edit_applied"]:
+        c = clean[r["example_id"]]
+        # tokens before the edit step are the clean ones
+        assert r["tokens"][:r["W"]] == c["tokens"][:r["W"]], "prefix before W differs from clean"
+rows = list(csv.DictReader(open(d + "/summary.csv")))
+assert len(rows) == 13 and all(0 <= float(x["ci95_low"]) <= float(x["accuracy"]) <= float(x["ci95_high"]) <= 1 for x in rows)
+html = open(d + "/report.html").read()
+assert "<svg" in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "blank" in html
+assert os.path.exists(d + "/heatmap_blank.svg") and os.path.exists(d + "/accuracy_vs_L_W3.svg")
+PY
+then ok "sweep: records, summary.csv (Wilson CIs) and a self-contained report"; else notok "sweep: records, summary and report"; fi
+
+"$KVPROBE" sweep $ARGS --out "$tmp/b" >/dev/null 2>&1
+if [ "$(strip "$tmp/a/results.jsonl")" = "$(strip "$tmp/b/results.jsonl")" ]; then ok "sweep: the same command gives the same records"
+else notok "sweep: the same command gives the same records"; fi
+
+"$KVPROBE" sweep $ARGS --unbatched --out "$tmp/u" >/dev/null 2>&1
+if [ "$(strip "$tmp/a/results.jsonl")" = "$(strip "$tmp/u/results.jsonl")" ]; then ok "sweep: batched forks give the records of one-cell-at-a-time decoding"
+else notok "sweep: batched == unbatched"; fi
+
+# kill -9 mid-run, resume, compare with the uninterrupted run
+"$KVPROBE" sweep $ARGS --out "$tmp/k" >/dev/null 2>&1 &
+pid=$!
+i=0
+while [ "$i" -lt 600 ]; do
+    [ -f "$tmp/k/results.jsonl" ] && [ "$(wc -l < "$tmp/k/results.jsonl")" -ge 12 ] && break
+    sleep 0.05
+    i=$((i + 1))
+done
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+partial=$(wc -l < "$tmp/k/results.jsonl")
+printf '{"torn":' >> "$tmp/k/results.jsonl"   # a write cut short by the kill
+"$KVPROBE" sweep $ARGS --out "$tmp/k" >/dev/null 2>&1
+if [ "$partial" -lt 39 ] && [ "$(strip "$tmp/a/results.jsonl")" = "$(strip "$tmp/k/results.jsonl")" ]; then
+    ok "sweep: resume after kill -9 ($partial of 39 records written) gives exactly the uninterrupted records"
+else notok "sweep: resume after kill -9 (partial $partial)"; fi
+
+"$KVPROBE" sweep $ARGS --out "$tmp/a" > "$tmp/again.log" 2>&1
+if [ "$(wc -l < "$tmp/a/results.jsonl")" -eq 39 ]; then ok "sweep: rerunning a finished sweep adds nothing"
+else notok "sweep: rerunning a finished sweep adds nothing" "$tmp/again.log"; fi
+
+if ! "$KVPROBE" sweep $ARGS --steps 1 --out "$tmp/a" > "$tmp/cfg.log" 2>&1 && grep -q "different settings" "$tmp/cfg.log"; then
+    ok "sweep: resuming with different settings is refused"
+else notok "sweep: resuming with different settings is refused" "$tmp/cfg.log"; fi
+
+rm "$tmp/a/report.html"
+if "$KVPROBE" report "$tmp/a" > /dev/null && [ -s "$tmp/a/report.html" ]; then ok "report: rebuilds the report from results.jsonl"
+else notok "report: rebuilds the report from results.jsonl"; fi
+
+printf '{"id": "x", "prompt": "2+2?", "answer": "4"}\n{broken\n' > "$tmp/bad.jsonl"
+if ! "$KVPROBE" sweep -m "$SMOL" --dataset "$tmp/bad.jsonl" --out "$tmp/c" --quiet > "$tmp/bad.log" 2>&1 &&
+    grep -q "bad.jsonl:2:" "$tmp/bad.log"; then ok "sweep: a malformed dataset row is reported with file and line"
+else notok "sweep: a malformed dataset row is reported with file and line" "$tmp/bad.log"; fi
