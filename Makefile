@@ -55,8 +55,13 @@ deps:
 models:
 	@bash tools/fetch_models.sh
 
-demo: models all
-	$(BUILD)/kvprobe generate -m models/gemma-3-270m-q4_k_m.gguf -p "The capital of France is" -n 16
+# The main job, small: a splice sweep on the default model (SmolLM2-135M-Instruct: the bundled
+# instruction-tuned model with a chat template), a few minutes on 2 cores.
+DEMO_OUT ?= demo-out
+demo: deps models all
+	$(BUILD)/kvprobe sweep -m models/SmolLM2-135M-Instruct.Q4_1.gguf --dataset arc-easy:20 \
+	  --conditions clean,blank,zero,drop-content --layers 0,10,20,29 --steps 0,2,8 --out $(DEMO_OUT)
+	@echo "report: $(DEMO_OUT)/report.html"
 
 sanitize:
 	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g $(ARCHFLAGS) -fno-omit-frame-pointer" \
