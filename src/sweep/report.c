@@ -205,6 +205,7 @@ static double clean_acc(report *r, int *n) {
 static void heatmap_svg(report *r, const char *cond, sbuf *b) {
     int cw = 64, ch = 30, left = 70, top = 50;
     int w = left + cw * r->n_W + 20, h = top + ch * r->n_L + 50, nc;
+    if (w < 560) w = 560; /* room for the title and the axis note */
     double ca = clean_acc(r, &nc);
     sb_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"12\">\n", w, h);
     sb_printf(b, "<text x=\"%d\" y=\"20\" font-size=\"14\" font-weight=\"bold\">%s: accuracy by layer cutoff L and step W</text>\n", left,
@@ -260,7 +261,16 @@ static void curves_svg(report *r, int W, sbuf *b) {
             double a = acc_of(r, r->conds[ci], r->Ls[li], W, &n);
             if (n) sb_printf(b, "%d,%d ", left + r->Ls[li] * pw / maxL, top + ph - (int)lround(a * ph));
         }
-        sb_printf(b, "\"/>\n<text x=\"%d\" y=\"%d\" fill=\"%s\">%s</text>\n", left + pw + 8, top + 16 + 16 * ci, col, r->conds[ci]);
+        sb_printf(b, "\"/>\n");
+        for (int li = 0; li < r->n_L; li++) { /* markers, offset per condition so equal values stay visible */
+            int n;
+            double a = acc_of(r, r->conds[ci], r->Ls[li], W, &n);
+            if (n)
+                sb_printf(b, "<circle cx=\"%d\" cy=\"%d\" r=\"%d\" fill=\"%s\"><title>%s L=%d: %.1f%% (n=%d)</title></circle>\n",
+                          left + r->Ls[li] * pw / maxL, top + ph - (int)lround(a * ph), 5 - ci % 3, col, r->conds[ci], r->Ls[li],
+                          100 * a, n);
+        }
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" fill=\"%s\">%s</text>\n", left + pw + 8, top + 16 + 16 * ci, col, r->conds[ci]);
     }
     sb_printf(b, "</svg>\n");
 }
