@@ -6,6 +6,13 @@
  * results are bit-identical; the build uses -ffp-contract=off so no FMA sneaks in. */
 #include <math.h>
 #include <string.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define KVP_AVX2 1
+#endif
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "kvprobe/tensor.h"
 
@@ -15,6 +22,9 @@
 /* ---- scalar conversions ----------------------------------------------------------------- */
 
 float kvp_fp16_to_f32(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h); /* exact, like the portable path below */
+#endif
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
     if (exp == 0) {
@@ -295,23 +305,39 @@ void kvp_dequantize_row(enum kvp_type type, const void *src, float *dst, int64_t
     for (int64_t i = 0; i < n; i += bs, b += tt->info.block_bytes) tt->deq(b, dst + i);
 }
 
-/* Dot of f32 vectors with 8 independent accumulators (order fixed, so results are
- * deterministic for a given n regardless of threading). */
+/* Dot of f32 vectors with a fixed summation order, so results are deterministic for a given
+ * n and build regardless of threading or batching. AVX2+FMA: 4 x 8 fused accumulators;
+ * portable: 8 scalar accumulators. */
 float kvp_dot_f32(const float *a, const float *b, int64_t n) {
-    float acc[8] = {0};
     int64_t i = 0;
+#ifdef KVP_AVX2
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float sum = _mm_cvtss_f32(h);
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+#else
+    float acc[8] = {0};
     for (; i + 8 <= n; i += 8)
         for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
     for (; i < n; i++) acc[0] += a[i] * b[i];
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+#endif
 }
 
-/* Elements dequantized at a time by the dot kernels: one block, or 256 plain floats. */
-static int64_t chunk_elems(enum kvp_type type, int64_t n) {
-    if (type == KVP_TYPE_F32) return n;
-    int64_t bs = TRAITS[type].info.block_elems;
-    return bs == 1 ? (n < QK_K ? n : QK_K) : bs;
-}
+/* Rows are dequantized in chunks of this many elements (a multiple of every block size) into
+ * a stack buffer, then dotted with each input vector: one pass over the weights per batch. */
+#define DOT_CHUNK 4096
 
 float kvp_dot_row(enum kvp_type type, const void *row, const float *x, int64_t n) {
     float out;
@@ -327,12 +353,11 @@ void kvp_dot_row_batch(enum kvp_type type, const void *row, const float *x, int6
     }
     const type_traits *tt = &TRAITS[type];
     const uint8_t *p = row;
-    float buf[QK_K];
-    int64_t cs = chunk_elems(type, n), bytes = cs / tt->info.block_elems * tt->info.block_bytes;
+    float buf[DOT_CHUNK];
     for (int b = 0; b < nb; b++) out[b] = 0.0f;
-    for (int64_t i = 0; i < n; i += cs, p += bytes) {
-        int64_t m = n - i < cs ? n - i : cs;
-        kvp_dequantize_row(type, p, buf, m);
+    for (int64_t i = 0; i < n; i += DOT_CHUNK) {
+        int64_t m = n - i < DOT_CHUNK ? n - i : DOT_CHUNK;
+        kvp_dequantize_row(type, p + i / tt->info.block_elems * tt->info.block_bytes, buf, m);
         for (int b = 0; b < nb; b++) out[b] += kvp_dot_f32(buf, x + b * ldx + i, m);
     }
 }
