@@ -198,7 +198,14 @@ int kvp_score(const kvp_example *ex, const char *output, const kvp_sandbox_opts 
         char *e1, *e2;
         x = strtod(a, &e1);
         y = strtod(b, &e2);
-        res->score = !strcmp(a, b) || (*a && *b && !*e1 && !*e2 && x == y);
+        /* Equal, or the line starts with the answer as a whole word ("Yes, it is plausible."). */
+        size_t nb = strlen(b);
+        int prefix = nb && !strncmp(a, b, nb) && !isalnum((unsigned char)a[nb]);
+        char pb[260]; /* a parenthesized gold "(b)" may open a longer line: "(B) because ..." */
+        snprintf(pb, sizeof pb, "(%s)", b);
+        size_t np = strlen(pb);
+        int paren = !strncmp(a, pb, np) && !isalnum((unsigned char)a[np]);
+        res->score = !strcmp(a, b) || prefix || paren || (*a && *b && !*e1 && !*e2 && x == y);
         return 0;
     }
     case KVP_TASK_CODE: {

@@ -123,6 +123,13 @@ int main(void) {
         CHECK(s.score == 1, "exact with parens: %s", s.extracted);
         kvp_score(&ex, "The answer is (B).", NULL, &s, &err);
         CHECK(s.score == 0, "exact wrong");
+        kvp_score(&ex, "(A) because the others fail", NULL, &s, &err);
+        CHECK(s.score == 1, "parenthesized answer opening a line");
+        kvp_example yes = {.kind = KVP_TASK_EXACT, .answer = "yes"};
+        kvp_score(&yes, "Yes, the sentence is plausible.", NULL, &s, &err);
+        CHECK(s.score == 1, "answer word opening the line");
+        kvp_score(&yes, "Yesterday it was not.", NULL, &s, &err);
+        CHECK(s.score == 0, "prefix inside a word");
     }
     TEST("scoring code: canonical solutions pass, wrong ones fail (sandboxed)") {
         kvp_dataset he, mb;
