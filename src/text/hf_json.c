@@ -264,13 +264,17 @@ static kvp_tokenizer *load_hf(cJSON *j, const char *path, int with_config, kvp_e
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab"), *added = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
     const cJSON *e;
     int max_id = -1;
-    cJSON_ArrayForEach(e, vocab) if (cJSON_IsNumber(e) && e->valueint > max_id) max_id = e->valueint;
+    cJSON_ArrayForEach(e, vocab) if (cJSON_IsNumber(e) && e->valuedouble > max_id) max_id = e->valuedouble >= INT32_MAX ? INT32_MAX : e->valueint;
     cJSON_ArrayForEach(e, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
-        if (cJSON_IsNumber(id) && id->valueint > max_id) max_id = id->valueint;
+        if (cJSON_IsNumber(id) && id->valuedouble > max_id) max_id = id->valuedouble >= INT32_MAX ? INT32_MAX : id->valueint;
     }
-    if (max_id < 0 || max_id >= INT32_MAX) {
-        kvp_fail(err, KVP_E_FORMAT, "%s: empty vocabulary", path);
+    /* Ids are dense in real files; a hole-ridden id space (or a hostile huge id) is refused
+     * before anything is allocated for it. */
+    int n_entries = cJSON_GetArraySize(vocab) + cJSON_GetArraySize(added);
+    if (max_id < 0 || max_id >= n_entries) {
+        kvp_fail(err, KVP_E_FORMAT, "%s: token ids must lie in [0, %d) (number of entries), found %d", path, n_entries,
+                 max_id);
         goto fail;
     }
     t->n_vocab = max_id + 1;
