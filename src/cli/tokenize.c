@@ -56,6 +56,11 @@ static void print_piece(const char *p, size_t n) {
     }
 }
 
+static void print_ids(const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+    printf("\n");
+}
+
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *hf = NULL, *text = NULL, *file = NULL;
     int ids_only = 0, bos = 0, special = 0;
@@ -116,8 +121,7 @@ int cmd_tokenize(int argc, char **argv) {
         } else if (cli_chat_prompt(&chat, g, t, buf ? buf : text, &p, &err)) {
             rc = cli_error(&err);
         } else if (ids_only) {
-            for (int i = 0; i < p.n; i++) printf(i ? " %d" : "%d", p.ids[i]);
-            printf("\n");
+            print_ids(p.ids, p.n);
         } else {
             for (int i = 0; i < p.n; i++) {
                 size_t end = i + 1 < p.n ? p.offsets[i + 1] : p.tok_len, start = p.offsets[i];
@@ -129,8 +133,7 @@ int cmd_tokenize(int argc, char **argv) {
     } else if (!t || kvp_tokenize_ex(t, buf ? buf : text, len, &o, &r, &err)) {
         rc = cli_error(&err);
     } else if (ids_only) {
-        for (int i = 0; i < r.n; i++) printf(i ? " %d" : "%d", r.ids[i]);
-        printf("\n");
+        print_ids(r.ids, r.n);
     } else {
         for (int i = 0; i < r.n; i++) {
             size_t end = i + 1 < r.n ? r.offsets[i + 1] : r.text_len, start = r.offsets[i];

@@ -275,6 +275,13 @@ static void curves_svg(report *r, int W, sbuf *b) {
     sb_printf(b, "</svg>\n");
 }
 
+/* A figure goes both to its own .svg file and inline into the HTML report. */
+static int emit_figure(const char *dir, const char *name, const sbuf *svg, sbuf *html, kvp_error *err) {
+    int rc = write_file(dir, name, svg->p, err);
+    if (!rc) sb_printf(html, "%s", svg->p);
+    return rc;
+}
+
 int kvp_sweep_report(const char *dir, kvp_error *err) {
     report r;
     memset(&r, 0, sizeof r);
@@ -309,24 +316,22 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
     sb_printf(&html, "<h1>KV splice sweep: %s</h1>\n<p>Model sha256 <code>%s</code>. Clean accuracy <b>%.1f%%</b> "
                      "(n=%d, 95%% CI %.1f–%.1f%%).</p>\n",
               r.dataset, r.model_sha, 100 * ca, nc, 100 * clo, 100 * chi);
+    char name[64];
     sb_printf(&html, "<h2>Accuracy heatmaps</h2>\n");
-    for (int ci = 0; ci < r.n_conds; ci++) {
+    for (int ci = 0; ci < r.n_conds && !rc; ci++) {
         svg.n = 0;
         heatmap_svg(&r, r.conds[ci], &svg);
-        char name[64];
         snprintf(name, sizeof name, "heatmap_%s.svg", r.conds[ci]);
-        if ((rc = write_file(dir, name, svg.p, err))) goto out;
-        sb_printf(&html, "%s", svg.p);
+        rc = emit_figure(dir, name, &svg, &html, err);
     }
     sb_printf(&html, "<h2>Accuracy vs layer cutoff</h2>\n");
-    for (int wi = 0; wi < r.n_W; wi++) {
+    for (int wi = 0; wi < r.n_W && !rc; wi++) {
         svg.n = 0;
         curves_svg(&r, r.Ws[wi], &svg);
-        char name[64];
         snprintf(name, sizeof name, "accuracy_vs_L_W%d.svg", r.Ws[wi]);
-        if ((rc = write_file(dir, name, svg.p, err))) goto out;
-        sb_printf(&html, "%s", svg.p);
+        rc = emit_figure(dir, name, &svg, &html, err);
     }
+    if (rc) goto out;
     sb_printf(&html, "<h2>Per-cell metrics</h2>\n<p>KL = mean KL(clean ‖ edited) of the next-token distributions over the "
                      "first steps after the edit; agreement = share of generated tokens from step W on equal to the clean "
                      "continuation.</p>\n<table><tr><th>condition</th><th>L</th><th>W</th><th>n</th><th>accuracy</th>"
