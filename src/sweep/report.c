@@ -74,6 +74,22 @@ static void add_int(int *v, int *n, int x) {
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
+/* Clean first, then conditions in order of first appearance, then W, then L. */
+static int cond_rank(const report *r, const char *c) {
+    if (!strcmp(c, "clean")) return -1;
+    for (int i = 0; i < r->n_conds; i++)
+        if (!strcmp(r->conds[i], c)) return i;
+    return r->n_conds;
+}
+
+static int cmp_agg(const void *a, const void *b, void *ctx) {
+    const agg *x = a, *y = b;
+    int rx = cond_rank(ctx, x->cond), ry = cond_rank(ctx, y->cond);
+    if (rx != ry) return rx - ry;
+    if (x->W != y->W) return x->W - y->W;
+    return x->L - y->L;
+}
+
 static int load(report *r, const char *path, kvp_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return kvp_fail(err, KVP_E_IO, "%s: cannot open", path);
@@ -125,6 +141,7 @@ static int load(report *r, const char *path, kvp_error *err) {
     fclose(f);
     qsort(r->Ls, (size_t)r->n_L, sizeof(int), cmp_int);
     qsort(r->Ws, (size_t)r->n_W, sizeof(int), cmp_int);
+    qsort_r(r->a, (size_t)r->n_a, sizeof *r->a, cmp_agg, r);
     if (!r->n_a) return kvp_fail(err, KVP_E_FORMAT, "%s: no records", path);
     return 0;
 }
@@ -282,9 +299,27 @@ static int emit_figure(const char *dir, const char *name, const sbuf *svg, sbuf 
     return rc;
 }
 
+/* Conditions in the order the sweep was configured (run.json), for tables and legends. */
+static void load_condition_order(report *r, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *j = cJSON_Parse(buf), *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(j, "conditions"))
+        if (cJSON_IsString(c) && strcmp(c->valuestring, "clean") && r->n_conds < 16)
+            snprintf(r->conds[r->n_conds++], 24, "%s", c->valuestring);
+    cJSON_Delete(j);
+}
+
 int kvp_sweep_report(const char *dir, kvp_error *err) {
     report r;
     memset(&r, 0, sizeof r);
+    load_condition_order(&r, dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/results.jsonl", dir);
     int rc = load(&r, path, err);
