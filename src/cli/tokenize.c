@@ -137,7 +137,10 @@ int cmd_tokenize(int argc, char **argv) {
     } else {
         for (int i = 0; i < r.n; i++) {
             size_t end = i + 1 < r.n ? r.offsets[i + 1] : r.text_len, start = r.offsets[i];
-            printf("%7d  ", r.ids[i]);
+            /* Without a template the text is all user content; special tokens parsed from it
+             * (--parse-special, --bos) are scaffolding. */
+            int ty = kvp_token_type(t, r.ids[i]);
+            printf("%7d  %-9s  ", r.ids[i], kvp_segment_name(ty == KVP_TOK_CONTROL ? KVP_SEG_SCAFFOLD : KVP_SEG_USER));
             /* tokens that share a start offset (byte fallback) show their own bytes */
             if (end > start && (i + 1 == r.n || r.offsets[i + 1] != start)) {
                 print_piece(r.text + start, end - start);
