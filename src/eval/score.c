@@ -83,45 +83,91 @@ static int standalone_letter(const char *text, const char *p, int n_choices) {
     return before && after;
 }
 
+/* Skip whitespace, quotes, '*', '(' and similar wrappers at the start of an answer. */
+static const char *answer_start(const char *p) {
+    while (*p && (isspace((unsigned char)*p) || *p == '*' || *p == '"' || *p == '\'' || *p == '(' || *p == '[')) p++;
+    return p;
+}
+
+/* A letter set off as an option label ("B.", "(C)", "D:", "A" alone on its line) rather
+ * than the article "A" opening a sentence. */
+static int option_letter(const char *text, const char *p, int n_choices) {
+    if (!standalone_letter(text, p, n_choices)) return 0;
+    char c = p[1];
+    return c == 0 || c == '.' || c == ')' || c == ':' || c == ',' || c == '\n' || c == ']' || c == '*' ||
+           (c == ' ' && (p[2] == 0 || p[2] == '\n'));
+}
+
+/* A letter: right after an explicit cue ("answer is", "Answer:"), else an option label at the
+ * start of the output, else the only option label anywhere. An output that names several
+ * letters without a cue (e.g. one echoing the options) has no answer. */
 int kvp_extract_choice(const char *text, int n_choices, char *letter) {
-    static const char *const cues[] = {"answer is", "answer:", "option"};
+    static const char *const cues[] = {"answer is", "answer:"};
     for (size_t i = 0; i < sizeof cues / sizeof cues[0]; i++) {
         const char *c = find_ci(text, cues[i], 0);
         if (!c) continue;
-        for (const char *p = c + strlen(cues[i]); *p && p < c + strlen(cues[i]) + 6; p++)
-            if (standalone_letter(text, p, n_choices)) {
-                *letter = *p;
-                return 1;
-            }
-    }
-    for (const char *p = text; *p; p++)
+        const char *p = answer_start(c + strlen(cues[i]));
         if (standalone_letter(text, p, n_choices)) {
             *letter = *p;
             return 1;
         }
+    }
+    const char *p = answer_start(text);
+    if (option_letter(text, p, n_choices)) {
+        *letter = *p;
+        return 1;
+    }
+    char found = 0;
+    for (p = text; *p; p++)
+        if (option_letter(text, p, n_choices)) {
+            if (found && found != *p) return 0; /* several candidates: ambiguous */
+            found = *p;
+        }
+    if (!found) return 0;
+    *letter = found;
+    return 1;
+}
+
+/* Label i of a '|'-separated list into out; returns its length or 0 past the end. */
+static size_t label_at(const char *labels, int i, char *out, size_t cap) {
+    for (const char *l = labels; *l; i--) {
+        const char *bar = strchr(l, '|');
+        size_t n = bar ? (size_t)(bar - l) : strlen(l);
+        if (i == 0) {
+            snprintf(out, cap, "%.*s", (int)n, l);
+            return n;
+        }
+        if (!bar) break;
+        l = bar + 1;
+    }
     return 0;
 }
 
+static int word_at(const char *text, const char *p, const char *w, size_t n) {
+    return !strncasecmp(p, w, n) && (p == text || !isalpha((unsigned char)p[-1])) && !isalpha((unsigned char)p[n]);
+}
+
+/* A label word at the start of the output, else the only label named anywhere. An output
+ * naming several labels (e.g. echoing "positive or negative") has no answer. */
 int kvp_extract_label(const char *text, const char *labels, char *out, size_t cap) {
-    const char *best = NULL;
-    char bestlab[64] = "";
-    for (const char *l = labels; *l;) {
-        const char *bar = strchr(l, '|');
-        size_t n = bar ? (size_t)(bar - l) : strlen(l);
-        char lab[64];
-        snprintf(lab, sizeof lab, "%.*s", (int)n, l);
-        for (const char *p = text; *p; p++) /* earliest whole-word occurrence of any label */
-            if (!strncasecmp(p, lab, n) && (p == text || !isalpha((unsigned char)p[-1])) && !isalpha((unsigned char)p[n])) {
-                if (!best || p < best) {
-                    best = p;
-                    snprintf(bestlab, sizeof bestlab, "%s", lab);
-                }
+    const char *start = answer_start(text);
+    char lab[64];
+    size_t n;
+    for (int i = 0; (n = label_at(labels, i, lab, sizeof lab)); i++)
+        if (word_at(text, start, lab, n)) {
+            snprintf(out, cap, "%s", lab);
+            return 1;
+        }
+    int found = -1;
+    for (int i = 0; (n = label_at(labels, i, lab, sizeof lab)); i++)
+        for (const char *p = text; *p; p++)
+            if (word_at(text, p, lab, n)) {
+                if (found >= 0 && found != i) return 0; /* several labels: ambiguous */
+                found = i;
                 break;
             }
-        l += n + (bar ? 1 : 0);
-    }
-    if (!best) return 0;
-    snprintf(out, cap, "%s", bestlab);
+    if (found < 0) return 0;
+    label_at(labels, found, out, cap);
     return 1;
 }
 

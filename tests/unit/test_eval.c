@@ -97,9 +97,14 @@ int main(void) {
         CHECK(!kvp_extract_number("no digits", &v, r, sizeof r), "found a number in none");
         CHECK(kvp_extract_choice("The answer is (C).", 4, &letter) && letter == 'C', "%c", letter);
         CHECK(kvp_extract_choice("B. Because blue", 4, &letter) && letter == 'B', "%c", letter);
-        CHECK(kvp_extract_choice("I think A is right", 4, &letter) && letter == 'A', "first standalone: %c", letter);
+        CHECK(kvp_extract_choice("**(D)** is correct", 4, &letter) && letter == 'D', "wrapped start: %c", letter);
+        CHECK(kvp_extract_choice("I think it is C.", 4, &letter) && letter == 'C', "only option label: %c", letter);
+        CHECK(!kvp_extract_choice("A plant needs light", 4, &letter), "the article A is not an answer");
+        CHECK(!kvp_extract_choice("Question: which? A. red B. blue", 4, &letter), "an echo of the options is no answer");
         CHECK(!kvp_extract_choice("E", 4, &letter), "E out of range");
         CHECK(kvp_extract_label("Negative. It is not positive.", "positive|negative", r, sizeof r) && !strcmp(r, "negative"), "%s", r);
+        CHECK(kvp_extract_label("The sentiment is positive.", "positive|negative", r, sizeof r) && !strcmp(r, "positive"), "%s", r);
+        CHECK(!kvp_extract_label("Is it positive or negative? Answer", "positive|negative", r, sizeof r), "an echo is no answer");
         CHECK(!kvp_extract_label("Yesterday", "yes|no", r, sizeof r), "'yes' inside a word");
         char *c = kvp_extract_code("Here:\n```python\ndef f():\n    return 1\n```\nDone");
         CHECK(!strcmp(c, "def f():\n    return 1\n"), "'%s'", c);
