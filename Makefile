@@ -8,7 +8,7 @@
 
 CC      ?= cc
 BUILD   ?= build
-OPT     ?= -O2
+OPT     ?= -O3
 ARCHFLAGS ?= -march=native
 # -ffp-contract=off: dequantization must be bit-exact (no implicit FMA).
 CFLAGS  ?= $(OPT) $(ARCHFLAGS) -g
@@ -88,5 +88,8 @@ fuzz: build-fuzz/fuzz_gguf build-fuzz/fuzz_tokenizer build-fuzz/fuzz_hf_json mod
 
 clean:
 	rm -rf build build-asan build-fuzz
+
+# Flags live here: objects rebuild when they change.
+$(LIB_OBJ) $(CLI_OBJ) $(TEST_BINS): Makefile
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

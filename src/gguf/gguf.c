@@ -114,8 +114,8 @@ static int read_value(cursor *c, uint32_t type, gguf_value *v, int depth, const 
 
 static int read_array(cursor *c, gguf_value *v, int depth, const char *key) {
     uint64_t at = c->pos;
-    uint32_t et;
-    uint64_t n;
+    uint32_t et = 0;
+    uint64_t n = 0;
     if (read_u32(c, "array element type", &et) || read_u64(c, "array length", &n))
         return c->err->code;
     v->type = GGUF_VT_ARRAY;
@@ -210,7 +210,7 @@ static int parse_kvs(gguf_file *f, cursor *c) {
     for (uint64_t i = 0; i < f->n_kv; i++) {
         gguf_kv *kv = &f->kv[i];
         kv->offset = c->pos;
-        uint32_t type;
+        uint32_t type = 0;
         if (read_str(c, "metadata key", &kv->key)) return c->err->code;
         char key[128];
         safe_name(kv->key, key, sizeof key);
@@ -275,7 +275,7 @@ static int parse_tensor_infos(gguf_file *f, cursor *c) {
             t->ne[d] = (int64_t)ne;
             nelem *= ne;
         }
-        uint32_t type;
+        uint32_t type = 0;
         if (read_u32(c, "tensor type", &type)) return c->err->code;
         const kvp_type_info *ti = kvp_type_get(type);
         if (!ti)
@@ -319,7 +319,7 @@ static int place_tensors(gguf_file *f, kvp_error *err) {
 
 static gguf_file *parse(gguf_file *f, kvp_error *err) {
     cursor c = {.base = f->map, .size = f->size, .pos = 0, .path = f->path, .err = err};
-    uint32_t magic;
+    uint32_t magic = 0;
     if (read_u32(&c, "magic", &magic)) goto fail;
     if (magic != GGUF_MAGIC) {
         kvp_fail(err, KVP_E_FORMAT, "%s: not a GGUF file (bad magic at offset 0)", f->path);
@@ -474,7 +474,7 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, kvp_error *
 }
 
 int64_t gguf_arr_i64(const gguf_value *arr, uint64_t i) {
-    gguf_value v;
+    gguf_value v = {0};
     uint32_t et = arr->v.arr.elem_type;
     decode_scalar(et, arr->v.arr.raw + i * scalar_size(et), &v);
     if (is_uint(et) || et == GGUF_VT_BOOL) return (int64_t)v.v.u;
@@ -483,7 +483,7 @@ int64_t gguf_arr_i64(const gguf_value *arr, uint64_t i) {
 }
 
 double gguf_arr_f64(const gguf_value *arr, uint64_t i) {
-    gguf_value v;
+    gguf_value v = {0};
     uint32_t et = arr->v.arr.elem_type;
     decode_scalar(et, arr->v.arr.raw + i * scalar_size(et), &v);
     if (is_uint(et) || et == GGUF_VT_BOOL) return (double)v.v.u;

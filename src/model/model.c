@@ -176,7 +176,7 @@ static int load_rope_scaling(loader *ld) {
     arch_key(key, sizeof key, ld->arch, "rope.scaling.type");
     int rc = gguf_get_str(ld->f, key, &type, ld->err);
     if (rc > 1) return rc;
-    float factor;
+    float factor = 1.0f;
     if ((rc = opt_float(ld, "rope.scaling.factor", &factor, 1.0f))) return rc;
     hp->rope_freq_scale = 1.0f;
     if (gguf_str_eq(type, "none") || factor == 1.0f || factor == 0.0f) return 0;
