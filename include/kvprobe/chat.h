@@ -38,9 +38,9 @@ typedef enum kvp_template_kind {
 const char *kvp_template_name(kvp_template_kind k);
 int kvp_template_from_name(const char *name, kvp_template_kind *out);
 
+/* BOS text and turn markers follow from the kind: the renderers write each family's own. */
 typedef struct kvp_template {
     kvp_template_kind kind;
-    const char *bos_text;        /* template's bos_token text, e.g. "<bos>" */
     char default_system[512];    /* ChatML: system turn added when the conversation has none ("" = none) */
     const char *date_string;     /* Llama 3.1: "Today Date" (default "26 Jul 2024") */
     int enable_thinking;         /* Qwen3: 1 = thinking on (template default) */
@@ -50,6 +50,12 @@ typedef struct kvp_template {
  * llama.cpp does) and architecture. Unknown templates are an error naming what was seen;
  * a file without a template gets KVP_TMPL_NONE. Strings point into the file. */
 int kvp_template_detect(const gguf_file *f, kvp_template *out, kvp_error *err);
+
+/* No template, thinking on, Llama 3.1 date pinned: the settings detection starts from. */
+void kvp_template_init(kvp_template *t);
+/* Switch to the template called name (--template). A default system turn read from the file
+ * is kept only when the family stays the same. */
+int kvp_template_select(kvp_template *t, const char *name, kvp_error *err);
 
 typedef struct kvp_message {
     const char *role; /* "system", "user", "assistant" */

@@ -23,19 +23,9 @@ int cli_chat_arg(cli_chat *c, int argc, char **argv, int *i) {
 int cli_chat_prompt(const cli_chat *c, const gguf_file *f, const kvp_tokenizer *t, const char *user, kvp_prompt *out,
                     kvp_error *err) {
     kvp_template tm;
+    kvp_template_init(&tm);
     if (f && kvp_template_detect(f, &tm, err) && !c->tmpl) return err->code;
-    if (!f) {
-        memset(&tm, 0, sizeof tm);
-        tm.enable_thinking = 1;
-        tm.date_string = "26 Jul 2024";
-    }
-    if (c->tmpl) {
-        if (kvp_template_from_name(c->tmpl, &tm.kind))
-            return kvp_fail(err, KVP_E_INVALID, "unknown template '%s' (none, chatml, qwen3, gemma3, llama3, llama3.1)",
-                            c->tmpl);
-        if (tm.kind == KVP_TMPL_GEMMA3 && !tm.bos_text) tm.bos_text = "<bos>";
-        if ((tm.kind == KVP_TMPL_LLAMA3 || tm.kind == KVP_TMPL_LLAMA31) && !tm.bos_text) tm.bos_text = "<|begin_of_text|>";
-    }
+    if (c->tmpl && kvp_template_select(&tm, c->tmpl, err)) return err->code;
     if (c->no_think) tm.enable_thinking = 0;
     kvp_message msgs[2];
     int n = 0;

@@ -556,13 +556,7 @@ static int setup(run_ctx *r) {
     const gguf_file *g = kvp_model_gguf(r->m);
     if (!(r->tok = kvp_tokenizer_load(g, err))) return err->code;
     if (kvp_template_detect(g, &r->tmpl, err) && !o->template_name) return err->code;
-    if (o->template_name) {
-        if (kvp_template_from_name(o->template_name, &r->tmpl.kind))
-            return kvp_fail(err, KVP_E_INVALID, "unknown template '%s'", o->template_name);
-        if (r->tmpl.kind == KVP_TMPL_GEMMA3 && !r->tmpl.bos_text) r->tmpl.bos_text = "<bos>";
-        if ((r->tmpl.kind == KVP_TMPL_LLAMA3 || r->tmpl.kind == KVP_TMPL_LLAMA31) && !r->tmpl.bos_text)
-            r->tmpl.bos_text = "<|begin_of_text|>";
-    }
+    if (o->template_name && kvp_template_select(&r->tmpl, o->template_name, err)) return err->code;
     r->tmpl.enable_thinking = o->thinking;
     if (kvp_dataset_load(o->dataset, o->data_dir, o->skip_bad_rows, &r->ds, err)) return err->code;
     if (r->ds.n_skipped && !o->quiet) fprintf(stderr, "[sweep] skipped %d malformed rows\n", r->ds.n_skipped);

@@ -44,15 +44,28 @@ static const char *find_n(const char *hay, size_t n, const char *needle) {
     return NULL;
 }
 
+void kvp_template_init(kvp_template *t) {
+    memset(t, 0, sizeof *t);
+    t->enable_thinking = 1;
+    t->date_string = "26 Jul 2024";
+}
+
+int kvp_template_select(kvp_template *t, const char *name, kvp_error *err) {
+    kvp_template_kind k;
+    if (kvp_template_from_name(name, &k))
+        return kvp_fail(err, KVP_E_INVALID, "unknown template '%s' (none, chatml, qwen3, gemma3, llama3, llama3.1)", name);
+    if (k != t->kind) t->default_system[0] = 0;
+    t->kind = k;
+    return 0;
+}
+
 int kvp_template_detect(const gguf_file *f, kvp_template *out, kvp_error *err) {
-    memset(out, 0, sizeof *out);
-    out->enable_thinking = 1;
-    out->date_string = "26 Jul 2024";
+    kvp_template_init(out);
     gguf_str tmpl, arch = {"", 0};
     int rc = gguf_get_str(f, "tokenizer.chat_template", &tmpl, err);
     if (rc == 1) { /* no template in the file: the family's own format, else raw prompts */
         gguf_get_str(f, "general.architecture", &arch, err);
-        if (gguf_str_eq(arch, "gemma3")) out->kind = KVP_TMPL_GEMMA3, out->bos_text = "<bos>";
+        if (gguf_str_eq(arch, "gemma3")) out->kind = KVP_TMPL_GEMMA3;
         else if (gguf_str_eq(arch, "qwen3")) out->kind = KVP_TMPL_QWEN3;
         return 0;
     }
@@ -78,12 +91,10 @@ int kvp_template_detect(const gguf_file *f, kvp_template *out, kvp_error *err) {
     }
     if (find_n(s, n, "<start_of_turn>")) {
         out->kind = KVP_TMPL_GEMMA3;
-        out->bos_text = "<bos>";
         return 0;
     }
     if (find_n(s, n, "<|start_header_id|>") && find_n(s, n, "<|end_header_id|>")) {
         out->kind = find_n(s, n, "Cutting Knowledge Date") ? KVP_TMPL_LLAMA31 : KVP_TMPL_LLAMA3;
-        out->bos_text = "<|begin_of_text|>";
         return 0;
     }
     return kvp_fail(err, KVP_E_UNSUPPORTED,
@@ -257,9 +268,8 @@ static void render_qwen3(out_buf *o, const kvp_template *tm, const kvp_message *
     }
 }
 
-static int render_gemma3(out_buf *o, const kvp_template *tm, const kvp_message *m, const msg_text *c, int n, int gen,
-                         kvp_error *err) {
-    puts_seg(o, tm->bos_text ? tm->bos_text : "<bos>", KVP_SEG_SCAFFOLD);
+static int render_gemma3(out_buf *o, const kvp_message *m, const msg_text *c, int n, int gen, kvp_error *err) {
+    puts_seg(o, "<bos>", KVP_SEG_SCAFFOLD);
     int start = 0;
     if (n > 0 && !strcmp(m[0].role, "system")) start = 1;
     for (int i = start; i < n; i++) {
@@ -291,7 +301,7 @@ static void llama_turn(out_buf *o, const char *role, view content) {
 }
 
 static void render_llama3(out_buf *o, const kvp_template *tm, const kvp_message *m, const msg_text *c, int n, int gen) {
-    const char *bos = tm->bos_text ? tm->bos_text : "<|begin_of_text|>";
+    const char *bos = "<|begin_of_text|>";
     if (tm->kind == KVP_TMPL_LLAMA31) {
         int start = n > 0 && !strcmp(m[0].role, "system");
         puts_seg(o, bos, KVP_SEG_SCAFFOLD);
@@ -337,7 +347,7 @@ int kvp_chat_render(const kvp_tokenizer *t, const kvp_template *tm, const kvp_me
             break;
         case KVP_TMPL_CHATML: render_chatml(&o, tm, m, c, n, gen); break;
         case KVP_TMPL_QWEN3: render_qwen3(&o, tm, m, c, n, gen); break;
-        case KVP_TMPL_GEMMA3: rc = render_gemma3(&o, tm, m, c, n, gen, err); break;
+        case KVP_TMPL_GEMMA3: rc = render_gemma3(&o, m, c, n, gen, err); break;
         case KVP_TMPL_LLAMA3:
         case KVP_TMPL_LLAMA31: render_llama3(&o, tm, m, c, n, gen); break;
         }

@@ -74,10 +74,11 @@ static void run_case(const tmpl_case *tc, cJSON **convs, int n_conv) {
     gguf_file *g = NULL;
     kvp_tokenizer *t = tc->gguf ? ((g = gguf_open(tc->tok_path, &err)) ? kvp_tokenizer_load(g, &err) : NULL)
                                 : kvp_tokenizer_load_hf(tc->tok_path, &err);
-    kvp_template tm = {.kind = tc->kind, .enable_thinking = tc->enable_thinking, .date_string = "26 Jul 2024"};
-    if (tc->kind == KVP_TMPL_GEMMA3) tm.bos_text = "<bos>";
-    if (tc->kind == KVP_TMPL_LLAMA3 || tc->kind == KVP_TMPL_LLAMA31) tm.bos_text = "<|begin_of_text|>";
+    kvp_template tm;
+    kvp_template_init(&tm);
     if (g && kvp_template_detect(g, &tm, &err)) NOTE("detect: %s", err.msg);
+    tm.kind = tc->kind;
+    tm.enable_thinking = tc->enable_thinking;
     int n_gold;
     snprintf(path, sizeof path, GOLD "%s.jsonl", tc->golden);
     cJSON **gold = read_jsonl(path, &n_gold);
