@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
+#include "../util/readfile.h"
 #include "kvprobe/eval.h"
 
 /* ---- small string helpers ---------------------------------------------------------------- */
@@ -30,27 +30,6 @@ static char *fmt(const char *f, ...) {
     vsnprintf(s, (size_t)n + 1, f, ap);
     va_end(ap);
     return s;
-}
-
-/* Whole file (gzip transparently: zlib reads plain files too). NUL-terminated. */
-static char *read_all(const char *path, size_t *len) {
-    gzFile f = gzopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    int r;
-    while (b && (r = gzread(f, b + n, (unsigned)(cap - n - 1))) > 0) {
-        n += (size_t)r;
-        if (cap - n < 4096) {
-            char *q = realloc(b, cap *= 2);
-            if (!q) free(b);
-            b = q;
-        }
-    }
-    gzclose(f);
-    if (b) b[n] = 0;
-    *len = n;
-    return b;
 }
 
 /* ---- building the dataset ----------------------------------------------------------------- */
@@ -229,7 +208,7 @@ static int csv_record(char **p, char **fields, int max, int *line) {
 
 static int load_boolq_file(builder *b, const char *path) {
     size_t len;
-    char *buf = read_all(path, &len);
+    char *buf = kvp_read_file(path, &len);
     if (!buf) return kvp_fail(b->err, KVP_E_IO, "%s: cannot read", path);
     b->path = path;
     char *p = buf, *f[8];
@@ -479,7 +458,7 @@ int kvp_dataset_load(const char *spec, const char *data_dir, int skip_bad_rows, 
 #define OPEN(fmtstr, ...)                                                                           \
     do {                                                                                          \
         snprintf(path, sizeof path, fmtstr, __VA_ARGS__);                                         \
-        if (!(buf = read_all(path, &len))) return kvp_fail(err, KVP_E_IO, "%s: cannot read", path); \
+        if (!(buf = kvp_read_file(path, &len))) return kvp_fail(err, KVP_E_IO, "%s: cannot read", path); \
     } while (0)
     if (nl > 6 && !strcmp(name + nl - 6, ".jsonl")) {
         OPEN("%s", name);

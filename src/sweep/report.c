@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/readfile.h"
 #include "kvprobe/kvprobe.h"
 #include "kvprobe/sweep.h"
 
@@ -303,13 +304,11 @@ static int emit_figure(const char *dir, const char *name, const sbuf *svg, sbuf 
 static void load_condition_order(report *r, const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
+    size_t n;
+    char *buf = kvp_read_file(path, &n);
+    if (!buf) return; /* no run.json: order of first appearance */
     cJSON *j = cJSON_Parse(buf), *c;
+    free(buf);
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(j, "conditions"))
         if (cJSON_IsString(c) && strcmp(c->valuestring, "clean") && r->n_conds < 16)
             snprintf(r->conds[r->n_conds++], 24, "%s", c->valuestring);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../util/readfile.h"
 #include "../util/strmap.h"
 #include "kvprobe/kvprobe.h"
 #include "kvprobe/sweep.h"
@@ -178,15 +179,14 @@ static int check_config(run_ctx *r, const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
     int rc = 0;
-    FILE *f = fopen(path, "rb");
-    if (f) {
-        char old[65536];
-        size_t n = fread(old, 1, sizeof old - 1, f);
-        old[n] = 0;
-        fclose(f);
+    size_t n;
+    char *old = kvp_read_file(path, &n);
+    FILE *f;
+    if (old) {
         if (strcmp(old, text) != 0)
             rc = kvp_fail(r->err, KVP_E_INVALID,
                           "%s holds a sweep with different settings (see %s); use another --out directory", dir, path);
+        free(old);
     } else if (!(f = fopen(path, "wb")) || fputs(text, f) < 0 || fclose(f) != 0) {
         rc = kvp_fail(r->err, KVP_E_IO, "%s: cannot write", path);
     }

@@ -8,47 +8,13 @@
  * bos/eos and add_bos come from tokenizer_config.json next to the file, when present.
  * Anything else is refused with an error naming it. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/readfile.h"
 #include "tokenizer_impl.h"
-
-static char *read_file(const char *path, size_t *len, kvp_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        kvp_fail(err, KVP_E_IO, "%s: cannot open", path);
-        return NULL;
-    }
-    char *b = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            cap = (n + 65536 + 1) * 2;
-            char *q = realloc(b, cap);
-            if (!q) {
-                free(b);
-                fclose(f);
-                kvp_fail(err, KVP_E_NOMEM, "%s: out of memory", path);
-                return NULL;
-            }
-            b = q;
-        }
-        size_t r = fread(b + n, 1, 65536, f);
-        n += r;
-        if (r < 65536) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(b);
-        kvp_fail(err, KVP_E_IO, "%s: read error", path);
-        return NULL;
-    }
-    b[n] = 0;
-    *len = n;
-    return b;
-}
 
 static cJSON *parse_json_buffer(const char *text, size_t len, const char *path, kvp_error *err) {
     const char *end = NULL;
@@ -63,8 +29,11 @@ static cJSON *parse_json_buffer(const char *text, size_t len, const char *path, 
 
 static cJSON *parse_json(const char *path, kvp_error *err) {
     size_t len;
-    char *text = read_file(path, &len, err);
-    if (!text) return NULL;
+    char *text = kvp_read_file(path, &len);
+    if (!text) {
+        kvp_fail(err, KVP_E_IO, "%s: cannot read: %s", path, strerror(errno));
+        return NULL;
+    }
     cJSON *j = parse_json_buffer(text, len, path, err);
     free(text);
     return j;
