@@ -27,6 +27,7 @@ struct kvp_ctx {
     float *kvbuf;        /* [n_threads][max(head_dim, head_dim_v)] f16 -> f32 staging */
     float *dotbuf;       /* [n_threads][max_batch] */
     float **outp;        /* [max_batch] output row pointers for matmul */
+    kvp_row *rows;       /* [max_batch] rows built by kvp_decode */
 };
 
 /* ---- context ----------------------------------------------------------------------------- */
@@ -77,8 +78,9 @@ kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err
     c->kvbuf = alloc_f(T * 2 * hd);
     c->dotbuf = alloc_f(T * B);
     c->outp = calloc(B, sizeof *c->outp);
+    c->rows = calloc(B, sizeof *c->rows);
     if (!c->x || !c->xn || !c->tmp || !c->q || !c->k || !c->v || !c->att || !c->ffa || !c->ffb ||
-        !c->rope_inv[0] || !c->rope_inv[1] || !c->rope_cs || !c->kvbuf || !c->dotbuf || !c->outp)
+        !c->rope_inv[0] || !c->rope_inv[1] || !c->rope_cs || !c->kvbuf || !c->dotbuf || !c->outp || !c->rows)
         goto oom;
     if (!(c->pool = kvp_pool_new(c->n_threads))) goto oom;
     init_rope(c);
@@ -96,6 +98,7 @@ void kvp_ctx_free(kvp_ctx *c) {
                      c->rope_inv[0], c->rope_inv[1], c->rope_cs, c->scores, c->kvbuf, c->dotbuf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->outp);
+    free(c->rows);
     free(c);
 }
 
@@ -382,8 +385,7 @@ int kvp_forward(kvp_ctx *c, const kvp_row *rows, int n, kvp_error *err) {
 
 int kvp_decode(kvp_ctx *c, kvp_kv *kv, const int32_t *tokens, int n, float *logits_all, float *logits_last,
                kvp_error *err) {
-    kvp_row *rows = calloc((size_t)c->max_batch, sizeof *rows);
-    if (!rows) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
+    kvp_row *rows = c->rows;
     int V = c->m->hp.n_vocab, rc = KVP_OK;
     if (kv->len + n > kv->n_ctx) {
         rc = kvp_fail(err, KVP_E_INVALID, "decode: %d tokens do not fit: cache holds %d of %d positions", n, kv->len,
@@ -401,6 +403,5 @@ int kvp_decode(kvp_ctx *c, kvp_kv *kv, const int32_t *tokens, int n, float *logi
         }
         rc = kvp_forward(c, rows, nb, err);
     }
-    free(rows);
     return rc;
 }
