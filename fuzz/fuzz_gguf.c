@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const kvp_hparams *hp = kvp_model_hparams(m);
         /* Run one token only for small models: the fuzzer must stay fast. */
         if ((double)hp->n_embd * hp->n_ff * hp->n_layer < 1e6 && hp->n_vocab < 4096) {
-            kvp_ctx_params cp = {1, 2};
+            kvp_ctx_params cp = {.n_threads = 1, .max_batch = 2};
             kvp_ctx *c = kvp_ctx_new(m, &cp, &err);
             kvp_kv *kv = c ? kvp_kv_new(m, 4, KVP_KV_F32, &err) : NULL;
             if (kv) {

@@ -60,6 +60,12 @@ const gguf_file *kvp_model_gguf(const kvp_model *m);
 typedef struct kvp_ctx_params {
     int n_threads;  /* 0 = number of online CPUs */
     int max_batch;  /* rows per forward call (prefill chunk / fork batch); 0 = 64 */
+    int exact;      /* 1: f32 activations in every matmul (the parity path, within 1e-3 of
+                       transformers); 0: quantized weights meet 8-bit activations in integer
+                       kernels (faster; deviation measured in README "Parity") */
+    int emulate_q8; /* with exact = 0: f32 kernels on the 8-bit-rounded activations, i.e. the
+                       fast path's arithmetic without its integer kernels (tests use it to
+                       tell kernel errors from rounding) */
 } kvp_ctx_params;
 
 typedef struct kvp_ctx kvp_ctx;
@@ -68,6 +74,7 @@ kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err
 void kvp_ctx_free(kvp_ctx *ctx);
 int kvp_ctx_threads(const kvp_ctx *ctx);
 int kvp_ctx_max_batch(const kvp_ctx *ctx);
+int kvp_ctx_exact(const kvp_ctx *ctx);
 
 struct kvp_kv;
 

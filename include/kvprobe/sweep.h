@@ -49,6 +49,7 @@ typedef struct kvp_sweep_opts {
     int kl_steps;               /* KL window after the edit (default 8) */
     int quiet;                  /* no progress line */
     int no_report;              /* skip summary/report at the end */
+    int exact;                  /* f32 activations (the parity path) instead of 8-bit */
 } kvp_sweep_opts;
 
 int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err);

@@ -67,6 +67,31 @@ void kvp_dot_row_batch(enum kvp_type type, const void *row, const float *x, int6
 /* f32 dot product with a fixed summation order. */
 float kvp_dot_f32(const float *a, const float *b, int64_t n);
 
+/* ---- the fast path: 8-bit activations, integer block dots (src/tensor/qdot.c) ----------
+ * Activation rows are quantized to blocks of 32 int8 with one f32 scale (d = max|x| / 127);
+ * weight blocks are dotted with them in integer arithmetic and scaled once per 16 elements.
+ * Not exact: the result differs from kvp_dot_row by the activations' rounding (README,
+ * "Parity"). Deterministic: batching, tiling and threading never change a bit. */
+typedef struct kvp_qact {
+    int64_t n;  /* elements per row, a multiple of 32 */
+    int nb;     /* rows */
+    int8_t *q;  /* [nb][n] */
+    float *d;   /* [nb][n / 32] block scales */
+} kvp_qact;
+
+/* 1 if weights of this type have an integer kernel (the quantized types). */
+int kvp_qdot_supported(enum kvp_type type);
+/* Quantize n floats (a multiple of 32) into q[n] and d[n / 32]. */
+void kvp_quantize_act_row(const float *x, int64_t n, int8_t *q, float *d);
+/* out[j][r] = row r of the weights . activation row j, for r in [r0, r1) and j < a->nb.
+ * Weight rows are row_bytes apart and hold a->n elements. Splitting [r0, r1) at
+ * multiples of kvp_qdot_row_multiple() keeps every tile full. */
+void kvp_qdot_rows(enum kvp_type type, const void *weights, size_t row_bytes, int64_t r0, int64_t r1,
+                   const kvp_qact *a, float *const *out);
+int kvp_qdot_row_multiple(void);
+/* The instruction set the kernels were built for: "avx512-vnni", "avx-vnni", "avx2", "portable". */
+const char *kvp_qdot_isa(void);
+
 /* fp16 / bf16 scalar conversions (IEEE binary16 with subnormals; bf16 = upper f32 half). */
 float kvp_fp16_to_f32(uint16_t h);
 uint16_t kvp_f32_to_fp16(float f); /* round to nearest even */

@@ -27,6 +27,7 @@ static void sweep_usage(FILE *f) {
             "  --out DIR              output directory (default sweep-out); rerunning resumes\n"
             "  -t, --threads N        threads\n"
             "  --unbatched            decode every cell alone (same records; for benchmarks)\n"
+            "  --exact                f32 activations in every matmul (the parity path; default 8-bit)\n"
             "  --quiet                no progress line\n"
             "usage: kvprobe report DIR    rebuild summary.csv, report.html and figures from DIR/results.jsonl\n");
 }
@@ -74,6 +75,7 @@ int cmd_sweep(int argc, char **argv) {
         else if (!strcmp(a, "--thinking")) o.thinking = 1;
         else if (!strcmp(a, "--skip-bad-rows")) o.skip_bad_rows = 1;
         else if (!strcmp(a, "--unbatched")) o.unbatched = 1;
+        else if (!strcmp(a, "--exact")) o.exact = 1;
         else if (!strcmp(a, "--quiet")) o.quiet = 1;
         else if (!strcmp(a, "--seed")) {
             if (cli_int(a, v, 0, 0x7fffffff, &n)) return 1;

@@ -18,6 +18,13 @@ struct kvp_ctx {
     kvp_pool *pool;
     int n_threads;
     int max_batch;
+    int exact, emulate_q8;
+    /* the current matmul input: qin.nb rows of qin.n floats, in_ld apart, and (fast path) the
+     * same rows quantized, once for all the matmuls that read them */
+    const float *in;
+    int64_t in_ld;
+    kvp_qact qin;
+    float *in_rounded;   /* emulate_q8: the quantized rows dequantized, [max_batch][widest] */
     /* activations, [max_batch][width] */
     float *x, *xn, *q, *k, *v, *att, *ffa, *ffb, *tmp;
     float *rope_inv[2];  /* [n_rot/2] inverse frequencies: [0] global layers, [1] sliding-window */
@@ -49,7 +56,7 @@ static void init_rope(kvp_ctx *c) {
 }
 
 kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err) {
-    kvp_ctx_params def = {0, 0};
+    kvp_ctx_params def = {0, 0, 0, 0};
     if (!p) p = &def;
     kvp_ctx *c = calloc(1, sizeof *c);
     if (!c) goto oom;
@@ -59,6 +66,8 @@ kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err
     if (c->n_threads < 1) c->n_threads = 1;
     if (c->n_threads > 256) c->n_threads = 256;
     c->max_batch = p->max_batch > 0 ? p->max_batch : 64;
+    c->exact = p->exact != 0;
+    c->emulate_q8 = !c->exact && p->emulate_q8;
     size_t B = (size_t)c->max_batch, T = (size_t)c->n_threads;
     size_t qw = (size_t)hp->n_head * hp->head_dim, kw = (size_t)hp->n_head_kv * hp->head_dim,
            vw = (size_t)hp->n_head_kv * hp->head_dim_v, aw = (size_t)hp->n_head * hp->head_dim_v;
@@ -79,6 +88,13 @@ kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err
     c->dotbuf = alloc_f(T * B);
     c->outp = calloc(B, sizeof *c->outp);
     c->rows = calloc(B, sizeof *c->rows);
+    size_t widest = (size_t)hp->n_embd;
+    if ((size_t)hp->n_ff > widest) widest = (size_t)hp->n_ff;
+    if (aw > widest) widest = aw;
+    c->qin.q = malloc(B * widest);
+    c->qin.d = alloc_f(B * (widest / 32 + 1));
+    if (!c->qin.q || !c->qin.d) goto oom;
+    if (c->emulate_q8 && !(c->in_rounded = alloc_f(B * widest))) goto oom;
     if (!c->x || !c->xn || !c->tmp || !c->q || !c->k || !c->v || !c->att || !c->ffa || !c->ffb ||
         !c->rope_inv[0] || !c->rope_inv[1] || !c->rope_cs || !c->kvbuf || !c->dotbuf || !c->outp || !c->rows)
         goto oom;
@@ -95,52 +111,86 @@ void kvp_ctx_free(kvp_ctx *c) {
     if (!c) return;
     kvp_pool_free(c->pool);
     float *bufs[] = {c->x, c->xn, c->tmp, c->q, c->k, c->v, c->att, c->ffa, c->ffb,
-                     c->rope_inv[0], c->rope_inv[1], c->rope_cs, c->scores, c->kvbuf, c->dotbuf};
+                     c->rope_inv[0], c->rope_inv[1], c->rope_cs, c->scores, c->kvbuf, c->dotbuf, c->in_rounded};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->outp);
     free(c->rows);
+    free(c->qin.q);
+    free(c->qin.d);
     free(c);
 }
 
 int kvp_ctx_threads(const kvp_ctx *c) { return c->n_threads; }
 int kvp_ctx_max_batch(const kvp_ctx *c) { return c->max_batch; }
+int kvp_ctx_exact(const kvp_ctx *c) { return c->exact; }
 
 /* ---- matrix multiply: out[b][r] = W[r] . in[b] ------------------------------------------- */
 
+/* Make nb rows of n floats (ld apart) the input of the following matmuls. The fast path
+ * quantizes them here, once for every weight that reads them (q, k and v; gate and up). */
+static void set_input(kvp_ctx *c, const float *in, int64_t ld, int nb, int64_t n) {
+    c->in = in;
+    c->in_ld = ld;
+    c->qin.n = n;
+    c->qin.nb = nb;
+    if (c->exact || n % 32) return;
+    for (int b = 0; b < nb; b++) {
+        int8_t *q = c->qin.q + (size_t)b * n;
+        float *d = c->qin.d + (size_t)b * (n / 32);
+        kvp_quantize_act_row(in + b * ld, n, q, d);
+        if (c->emulate_q8)
+            for (int64_t i = 0; i < n; i++) c->in_rounded[(size_t)b * n + i] = d[i / 32] * (float)q[i];
+    }
+}
+
+/* Quantized weights take the integer kernels unless the context is exact (or emulates them);
+ * float weights dequantize row chunks and dot in f32. */
+static int use_qdot(const kvp_ctx *c, const kvp_weight *w) {
+    return !c->exact && !c->emulate_q8 && kvp_qdot_supported(w->type);
+}
+
 typedef struct matmul_job {
+    kvp_ctx *c;
     const kvp_weight *w;
-    const float *in;
-    int64_t ld_in;
-    int nb;
     float *const *out;
     int64_t rows_per_task;
-    float *dotbuf;
-    int max_batch;
 } matmul_job;
 
 static void matmul_task(void *arg, int task, int thread) {
     const matmul_job *j = arg;
+    kvp_ctx *c = j->c;
+    const kvp_weight *w = j->w;
     int64_t r0 = (int64_t)task * j->rows_per_task, r1 = r0 + j->rows_per_task;
-    if (r1 > j->w->n_out) r1 = j->w->n_out;
-    float *dots = j->dotbuf + (size_t)thread * j->max_batch;
+    if (r1 > w->n_out) r1 = w->n_out;
+    if (use_qdot(c, w)) {
+        kvp_qdot_rows(w->type, w->data, w->row_bytes, r0, r1, &c->qin, j->out);
+        return;
+    }
+    int nb = c->qin.nb;
+    const float *in = c->in;
+    int64_t ld = c->in_ld;
+    if (c->emulate_q8 && kvp_qdot_supported(w->type)) in = c->in_rounded, ld = c->qin.n;
+    float *dots = c->dotbuf + (size_t)thread * c->max_batch;
     for (int64_t r = r0; r < r1; r++) {
-        kvp_dot_row_batch(j->w->type, j->w->data + r * j->w->row_bytes, j->in, j->ld_in, j->nb, j->w->n_in, dots);
-        for (int b = 0; b < j->nb; b++) j->out[b][r] = dots[b];
+        kvp_dot_row_batch(w->type, w->data + r * w->row_bytes, in, ld, nb, w->n_in, dots);
+        for (int b = 0; b < nb; b++) j->out[b][r] = dots[b];
     }
 }
 
-static void matmul(kvp_ctx *c, const kvp_weight *w, const float *in, int64_t ld_in, int nb, float *const *out) {
-    int64_t target = (int64_t)c->n_threads * 8;
+/* out[b] for b < the input's row count; rows are split into about 8 tasks per thread. */
+static void matmul(kvp_ctx *c, const kvp_weight *w, float *const *out) {
+    int64_t target = (int64_t)c->n_threads * 8, mult = kvp_qdot_row_multiple();
     int64_t rpt = (w->n_out + target - 1) / target;
     if (rpt < 4) rpt = 4;
-    matmul_job j = {w, in, ld_in, nb, out, rpt, c->dotbuf, c->max_batch};
+    rpt = (rpt + mult - 1) / mult * mult;
+    matmul_job j = {c, w, out, rpt};
     kvp_pool_run(c->pool, matmul_task, &j, (int)((w->n_out + rpt - 1) / rpt));
 }
 
 /* Matmul into a dense [nb][n_out] buffer. */
-static void matmul_dense(kvp_ctx *c, const kvp_weight *w, const float *in, int64_t ld_in, int nb, float *out) {
-    for (int b = 0; b < nb; b++) c->outp[b] = out + (size_t)b * w->n_out;
-    matmul(c, w, in, ld_in, nb, c->outp);
+static void matmul_dense(kvp_ctx *c, const kvp_weight *w, float *out) {
+    for (int b = 0; b < c->qin.nb; b++) c->outp[b] = out + (size_t)b * w->n_out;
+    matmul(c, w, c->outp);
 }
 
 /* ---- elementwise pieces ------------------------------------------------------------------ */
@@ -296,9 +346,10 @@ static void attention_block(kvp_ctx *c, const kvp_row *rows, int n, int il) {
     int qw = hp->n_head * hd, kw = hp->n_head_kv * hd, vw = hp->n_head_kv * hp->head_dim_v;
 
     for (int r = 0; r < n; r++) rmsnorm(c->xn + (size_t)r * d, c->x + (size_t)r * d, L->attn_norm, d, hp->rms_eps);
-    matmul_dense(c, &L->wq, c->xn, d, n, c->q);
-    matmul_dense(c, &L->wk, c->xn, d, n, c->k);
-    matmul_dense(c, &L->wv, c->xn, d, n, c->v);
+    set_input(c, c->xn, d, n, d);
+    matmul_dense(c, &L->wq, c->q);
+    matmul_dense(c, &L->wk, c->k);
+    matmul_dense(c, &L->wv, c->v);
 
     int kind = hp->layer_is_swa[il] ? 1 : 0;
     for (int r = 0; r < n; r++) {
@@ -322,7 +373,8 @@ static void attention_block(kvp_ctx *c, const kvp_row *rows, int n, int il) {
     attn_job aj = {c, rows, il};
     kvp_pool_run(c->pool, attn_task, &aj, n * hp->n_head);
 
-    matmul_dense(c, &L->wo, c->att, (int64_t)hp->n_head * hp->head_dim_v, n, c->tmp);
+    set_input(c, c->att, (int64_t)hp->n_head * hp->head_dim_v, n, (int64_t)hp->n_head * hp->head_dim_v);
+    matmul_dense(c, &L->wo, c->tmp);
     for (int r = 0; r < n; r++) {
         float *t = c->tmp + (size_t)r * d, *x = c->x + (size_t)r * d;
         if (L->post_attn_norm) rmsnorm(t, t, L->post_attn_norm, d, hp->rms_eps);
@@ -336,14 +388,16 @@ static void ffn_block(kvp_ctx *c, int n, int il) {
     const kvp_layer *L = &m->layers[il];
     int d = hp->n_embd, ff = hp->n_ff;
     for (int r = 0; r < n; r++) rmsnorm(c->xn + (size_t)r * d, c->x + (size_t)r * d, L->ffn_norm, d, hp->rms_eps);
-    matmul_dense(c, &L->gate, c->xn, d, n, c->ffa);
-    matmul_dense(c, &L->up, c->xn, d, n, c->ffb);
+    set_input(c, c->xn, d, n, d);
+    matmul_dense(c, &L->gate, c->ffa);
+    matmul_dense(c, &L->up, c->ffb);
     int gelu = hp->arch == KVP_ARCH_GEMMA3;
     for (size_t i = 0; i < (size_t)n * ff; i++) {
         float g = c->ffa[i];
         c->ffa[i] = (gelu ? gelu_tanh(g) : silu(g)) * c->ffb[i];
     }
-    matmul_dense(c, &L->down, c->ffa, ff, n, c->tmp);
+    set_input(c, c->ffa, ff, n, ff);
+    matmul_dense(c, &L->down, c->tmp);
     for (int r = 0; r < n; r++) {
         float *t = c->tmp + (size_t)r * d, *x = c->x + (size_t)r * d;
         if (L->post_ffw_norm) rmsnorm(t, t, L->post_ffw_norm, d, hp->rms_eps);
@@ -361,7 +415,8 @@ static void logits_block(kvp_ctx *c, const kvp_row *rows, int n) {
         c->outp[nl++] = rows[r].logits;
     }
     if (!nl) return;
-    matmul(c, &m->output, c->xn, d, nl, c->outp);
+    set_input(c, c->xn, d, nl, d);
+    matmul(c, &m->output, c->outp);
     if (hp->final_softcap > 0.0f)
         for (int b = 0; b < nl; b++)
             for (int i = 0; i < hp->n_vocab; i++)

@@ -174,6 +174,7 @@ static int check_config(run_ctx *r, const char *dir) {
     cJSON_AddBoolToObject(c, "thinking", o->thinking);
     cJSON_AddNumberToObject(c, "seed", (double)o->seed);
     cJSON_AddNumberToObject(c, "kl_steps", r->kl_steps);
+    cJSON_AddStringToObject(c, "activations", o->exact ? "f32" : "q8");
     char *text = cJSON_Print(c);
     cJSON_Delete(c);
     char path[4096];
@@ -202,6 +203,17 @@ static int write_record(run_ctx *r, const kvp_example *ex, const char *cond, int
     char *text = NULL;
     size_t tlen;
     if (kvp_detokenize(r->tok, tok, n_tok, 0, &text, &tlen)) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    /* A generation cut at the token limit can end inside a UTF-8 sequence (and byte tokens can
+     * form invalid ones): replace those like HF's decode does, so records stay valid JSON. */
+    char *clean;
+    size_t clen;
+    int n_bad;
+    if (kvp_utf8_clean(text, tlen, &clean, &clen, &n_bad)) {
+        free(text);
+        return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    }
+    free(text);
+    text = clean;
     kvp_score_result sc;
     int rc = kvp_score(ex, text, NULL, &sc, r->err);
     if (rc) {
@@ -232,6 +244,7 @@ static int write_record(run_ctx *r, const kvp_example *ex, const char *cond, int
     cJSON_AddNumberToObject(j, "first_divergence", first_div);
     cJSON_AddStringToObject(j, "model_sha256", r->model_sha);
     cJSON_AddStringToObject(j, "kvprobe_version", KVPROBE_VERSION);
+    cJSON_AddStringToObject(j, "activations", r->o->exact ? "f32" : "q8");
     cJSON *t = cJSON_AddObjectToObject(j, "timing");
     cJSON_AddNumberToObject(t, "seconds", round(seconds * 1e4) / 1e4);
     char *line = cJSON_PrintUnformatted(j);
@@ -597,7 +610,7 @@ static int setup(run_ctx *r) {
     }
     int cells_per_w = 0;
     for (int c = 0; c < r->n_conds; c++) cells_per_w += r->conds[c] != KVP_COND_CLEAN ? r->n_layers : 0;
-    kvp_ctx_params cp = {o->threads, cells_per_w > 64 ? cells_per_w : 64};
+    kvp_ctx_params cp = {o->threads, cells_per_w > 64 ? cells_per_w : 64, o->exact, 0};
     if (!(r->ctx = kvp_ctx_new(r->m, &cp, err))) return err->code;
     sha256_hex(g->map, g->size, r->model_sha);
     r->cells_total = (long)r->ds.n * (1 + (long)r->n_steps * cells_per_w);

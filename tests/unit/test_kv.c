@@ -40,7 +40,7 @@ int main(void) {
         printf("not ok - load tiny gemma3: %s\n", err.msg);
         return 1;
     }
-    kvp_ctx_params cp = {2, 16};
+    kvp_ctx_params cp = {.n_threads = 2, .max_batch = 16};
     C = kvp_ctx_new(M, &cp, &err);
     const kvp_hparams *hp = kvp_model_hparams(M);
     V = hp->n_vocab;

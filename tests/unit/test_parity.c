@@ -58,10 +58,11 @@ static double max_abs_diff(const float *a, const float *b, int n) {
 
 /* Prefill the prompt, then greedy-decode feeding the REFERENCE tokens (so a late divergence
  * cannot hide earlier errors); returns the worst |delta| and counts token disagreements. */
-static double run_model(kvp_model *m, const ref *r, int threads, int max_batch, kvp_kv_type kvt, int *mismatch,
-                        float *all_out) {
+/* exact: 1 = f32 activations, 0 = fast path, 2 = fast path emulated with f32 kernels. */
+static double run_model_path(kvp_model *m, const ref *r, int threads, int max_batch, kvp_kv_type kvt, int exact,
+                             int *mismatch, float *all_out) {
     kvp_error err = {0};
-    kvp_ctx_params cp = {threads, max_batch};
+    kvp_ctx_params cp = {threads, max_batch, exact == 1, exact == 2};
     kvp_ctx *ctx = kvp_ctx_new(m, &cp, &err);
     int n_pos = r->n_prompt + r->n_gen - 1, V = r->n_vocab;
     kvp_kv *kv = kvp_kv_new(m, n_pos + 1, kvt, &err);
@@ -92,6 +93,11 @@ done:
     kvp_kv_free(kv);
     kvp_ctx_free(ctx);
     return worst;
+}
+
+static double run_model(kvp_model *m, const ref *r, int threads, int max_batch, kvp_kv_type kvt, int *mismatch,
+                        float *all_out) {
+    return run_model_path(m, r, threads, max_batch, kvt, 1, mismatch, all_out);
 }
 
 static void check_model(const char *name) {
@@ -140,6 +146,33 @@ static void check_model(const char *name) {
         CHECK(d16 <= 5e-3 * range, "f16 KV max |delta logit| = %.3g (logit range %.3g)", d16, range);
         CHECK(mism == 0, "%d greedy tokens differ with f16 KV", mism);
         NOTE("%s: f16 KV cache max |delta logit| = %.3g of max |logit| %.3g", name, d16, range);
+    }
+    snprintf(title, sizeof title, "parity %s: fast path tracks its f32 emulation and transformers, deterministic", name);
+    TEST(title) {
+        /* Integer kernels vs f32 kernels fed the same 8-bit-rounded activations. The two differ
+         * by f32 summation order, which now and then flips one activation's rounding; random
+         * tiny models amplify such flips (and the rounding itself) far more than real ones, so
+         * the bounds here are relative to the logit range: wiring errors give O(range). The
+         * tight bound is in test_real.c. */
+        double range = 0;
+        for (size_t i = 0; i < (size_t)n_pos * r.n_vocab; i++) range = fmax(range, fabs(r.logits[i]));
+        float *emu = malloc((size_t)n_pos * r.n_vocab * sizeof(float));
+        int mism_fast, mism_emu;
+        run_model_path(m, &r, 1, 64, KVP_KV_F32, 2, &mism_emu, emu);
+        double dhf = run_model_path(m, &r, 1, 64, KVP_KV_F32, 0, &mism_fast, base), de = 0;
+        for (int p = 0; p < n_pos; p++)
+            de = fmax(de, max_abs_diff(base + (size_t)p * r.n_vocab, emu + (size_t)p * r.n_vocab, r.n_vocab));
+        CHECK(de <= 0.05 * range, "fast path vs emulation max |delta logit| = %.3g (range %.3g)", de, range);
+        CHECK(dhf <= 0.25 * range, "fast path vs transformers max |delta logit| = %.3g (range %.3g)", dhf, range);
+        NOTE("%s: fast path (%s) vs its emulation %.3g, vs transformers %.3g (max |logit| %.3g), %d/%d greedy tokens differ",
+             name, kvp_qdot_isa(), de, dhf, range, mism_fast, r.n_gen);
+        int batches[] = {1, 5};
+        for (int i = 0; i < 2; i++) {
+            run_model_path(m, &r, 2, batches[i], KVP_KV_F32, 0, &mism, other);
+            CHECK(memcmp(base, other, (size_t)n_pos * r.n_vocab * sizeof(float)) == 0, "fast path: batch %d, 2 threads differs",
+                  batches[i]);
+        }
+        free(emu);
     }
     free(base);
     free(other);

@@ -1,0 +1,161 @@
+/* The fast path's integer kernels (src/tensor/qdot.c) against the exact dequantized weights
+ * of the quant goldens (tests/golden/quant, from the gguf package):
+ *   - against the same quantized activations, the kernel equals sum(w * d * q) computed in
+ *     double to within 2e-6 x sum|w * d * q| (only f32 rounding differs);
+ *   - against the f32 activations, the error stays within the activation rounding bound
+ *     sum over blocks of d/2 * sum|w| (plus f32 rounding);
+ *   - tiling, batch size and row splits never change a bit. */
+#include <stdint.h>
+
+#include "harness.h"
+#include "kvprobe/kvprobe.h"
+
+static const char *TYPES[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"};
+
+#define NB 7 /* activation rows: not a multiple of any tile width */
+
+/* Check the kernel on `rows` weight rows of n elements (W: their exact dequantization) with
+ * NB activation rows cycled from Y[yrows][n]. */
+static void check_kernel(const char *title, enum kvp_type type, const void *data, int64_t rows, int64_t n, const float *W,
+                         const float *Y, int64_t yrows) {
+    TEST(title) {
+        CHECK(kvp_qdot_supported(type), "type has no integer kernel");
+        int64_t nblk = n / 32;
+        size_t rb = kvp_row_bytes(type, n);
+        kvp_qact a = {n, NB, malloc((size_t)NB * n), malloc((size_t)NB * nblk * sizeof(float))};
+        for (int j = 0; j < NB; j++) kvp_quantize_act_row(Y + (j % yrows) * n, n, a.q + j * n, a.d + j * nblk);
+        float *res = malloc((size_t)NB * rows * sizeof(float)), *res2 = malloc((size_t)NB * rows * sizeof(float));
+        float *outp[NB], *outp2[NB];
+        for (int j = 0; j < NB; j++) outp[j] = res + j * rows, outp2[j] = res2 + j * rows;
+        kvp_qdot_rows(type, data, rb, 0, rows, &a, outp);
+
+        double worst_int = 0, worst_bound = 0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int j = 0; j < NB; j++) {
+                const float *w = W + r * n, *x = Y + (j % yrows) * n;
+                double want = 0, scale = 0, exact = 0, bound = 0;
+                for (int64_t b = 0; b < nblk; b++) {
+                    double d = a.d[j * nblk + b], wabs = 0;
+                    for (int i = 0; i < 32; i++) {
+                        int64_t k = b * 32 + i;
+                        double xq = d * a.q[j * n + k];
+                        want += (double)w[k] * xq;
+                        scale += fabs((double)w[k] * xq);
+                        exact += (double)w[k] * x[k];
+                        wabs += fabs((double)w[k]);
+                    }
+                    bound += d / 2 * wabs;
+                }
+                double got = res[j * rows + r];
+                double e = fabs(got - want) / (scale > 0 ? scale : 1);
+                if (e > worst_int) worst_int = e;
+                double eb = fabs(got - exact) / (bound + 2e-6 * scale + 1e-30);
+                if (eb > worst_bound) worst_bound = eb;
+            }
+        CHECK(worst_int <= 2e-6, "kernel vs sum(w * d * q): %.3g x sum|w * d * q|", worst_int);
+        CHECK(worst_bound <= 1.0, "error vs f32 activations is %.3g x the rounding bound", worst_bound);
+
+        /* One activation at a time, one row at a time, and odd row splits: identical bits. */
+        int same = 1;
+        for (int j = 0; j < NB; j++) {
+            kvp_qact one = {n, 1, a.q + j * n, a.d + j * nblk};
+            for (int64_t r = 0; r < rows; r++) kvp_qdot_rows(type, data, rb, r, r + 1, &one, &outp2[j]);
+        }
+        same &= memcmp(res, res2, (size_t)NB * rows * sizeof(float)) == 0;
+        memset(res2, 0, (size_t)NB * rows * sizeof(float));
+        for (int64_t r0 = 0; r0 < rows; r0 += 3) kvp_qdot_rows(type, data, rb, r0, r0 + 3 < rows ? r0 + 3 : rows, &a, outp2);
+        same &= memcmp(res, res2, (size_t)NB * rows * sizeof(float)) == 0;
+        CHECK(same, "tiling or batching changed the results");
+        NOTE("%s: %lld rows x %d activations, kernel error %.2g, worst %.2f of the rounding bound", kvp_type_name(type),
+             (long long)rows, NB, worst_int, worst_bound);
+        free(res);
+        free(res2);
+        free(a.q);
+        free(a.d);
+    }
+}
+
+static void check_golden(const char *name) {
+    char path[256], title[96];
+    snprintf(path, sizeof path, "tests/golden/quant/%s.gguf", name);
+    snprintf(title, sizeof title, "qdot %s (%s): golden blocks", name, kvp_qdot_isa());
+    kvp_error err = {0};
+    gguf_file *f = gguf_open(path, &err);
+    const gguf_tensor *q = f ? gguf_find_tensor(f, "q") : NULL, *deq = f ? gguf_find_tensor(f, "deq") : NULL,
+                      *y = f ? gguf_find_tensor(f, "y") : NULL;
+    char load[128];
+    snprintf(load, sizeof load, "qdot %s: golden file loads", name);
+    TEST(load) CHECK(q && deq && y, "%s: golden missing or incomplete %s", path, err.msg);
+    if (q && deq && y) check_kernel(title, q->type, q->data, q->ne[1], q->ne[0], deq->data, y->data, y->ne[1]);
+    gguf_close(f);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static uint32_t next_u32(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+/* Random blocks: random bytes, then every f16 scale field set to a finite value. */
+static void check_random(enum kvp_type type) {
+    static const struct { enum kvp_type t; int n_f16; int off[2]; } F16S[] = {
+        {KVP_TYPE_Q4_0, 1, {0}},      {KVP_TYPE_Q4_1, 2, {0, 2}},   {KVP_TYPE_Q5_0, 1, {0}},
+        {KVP_TYPE_Q5_1, 2, {0, 2}},   {KVP_TYPE_Q8_0, 1, {0}},      {KVP_TYPE_Q2_K, 2, {80, 82}},
+        {KVP_TYPE_Q3_K, 1, {108}},    {KVP_TYPE_Q4_K, 2, {0, 2}},   {KVP_TYPE_Q5_K, 2, {0, 2}},
+        {KVP_TYPE_Q6_K, 1, {208}},
+    };
+    const int64_t rows = 13, n = 512, yrows = 5;
+    const kvp_type_info *ti = kvp_type_get(type);
+    size_t rb = kvp_row_bytes(type, n), nblocks = (size_t)(rows * n / ti->block_elems);
+    uint8_t *data = malloc(rb * rows);
+    for (size_t i = 0; i < rb * rows; i++) data[i] = (uint8_t)next_u32();
+    for (size_t k = 0; k < sizeof F16S / sizeof F16S[0]; k++)
+        if (F16S[k].t == type)
+            for (size_t b = 0; b < nblocks; b++)
+                for (int s = 0; s < F16S[k].n_f16; s++) {
+                    float v = ((float)(next_u32() % 2001) - 1000.0f) * 1e-5f;
+                    uint16_t h = kvp_f32_to_fp16(v);
+                    memcpy(data + b * ti->block_bytes + F16S[k].off[s], &h, 2);
+                }
+    float *W = malloc((size_t)rows * n * sizeof(float)), *Y = malloc((size_t)yrows * n * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) kvp_dequantize_row(type, data + r * rb, W + r * n, n);
+    for (int64_t i = 0; i < yrows * n; i++) Y[i] = ((float)(next_u32() % 20001) - 10000.0f) * 1e-3f;
+    for (int64_t i = 0; i < 32; i++) Y[i] = 0.0f; /* an all-zero activation block */
+    char title[96];
+    snprintf(title, sizeof title, "qdot %s (%s): random blocks, %lld x %lld", ti->name, kvp_qdot_isa(), (long long)rows,
+             (long long)n);
+    check_kernel(title, type, data, rows, n, W, Y, yrows);
+    free(data);
+    free(W);
+    free(Y);
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) check_golden(TYPES[i]);
+    enum kvp_type rand_types[] = {KVP_TYPE_Q4_0, KVP_TYPE_Q4_1, KVP_TYPE_Q5_0, KVP_TYPE_Q5_1, KVP_TYPE_Q8_0,
+                                  KVP_TYPE_Q2_K, KVP_TYPE_Q3_K, KVP_TYPE_Q4_K, KVP_TYPE_Q5_K, KVP_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof rand_types / sizeof rand_types[0]; i++) check_random(rand_types[i]);
+    TEST("qdot: float types have no integer kernel") {
+        CHECK(!kvp_qdot_supported(KVP_TYPE_F32) && !kvp_qdot_supported(KVP_TYPE_F16) &&
+                  !kvp_qdot_supported(KVP_TYPE_BF16),
+              "float weights must stay on the exact path");
+    }
+    TEST("qdot: activation quantization rounds to nearest even, zero blocks stay zero") {
+        float x[64] = {0};
+        int8_t q[64];
+        float d[2];
+        for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) * 0.5f;
+        x[5] = 63.5f; /* max: d = 0.5 exactly, so x/d are integers or halves */
+        x[6] = 1.25f;  /* 2.5 -> 2 */
+        x[7] = 1.75f;  /* 3.5 -> 4 */
+        x[8] = -1.25f; /* -2.5 -> -2 */
+        kvp_quantize_act_row(x, 64, q, d);
+        CHECK(d[0] == 0.5f, "d = %g", d[0]);
+        CHECK(q[5] == 127 && q[6] == 2 && q[7] == 4 && q[8] == -2, "q = %d %d %d %d", q[5], q[6], q[7], q[8]);
+        CHECK(q[0] == -16 && q[31] == 15, "q[0] %d q[31] %d", q[0], q[31]);
+        int zero = d[1] == 0.0f;
+        for (int i = 32; i < 64; i++) zero &= q[i] == 0;
+        CHECK(zero, "an all-zero block quantizes to zeros with d = 0");
+    }
+    return harness_finish();
+}
