@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../kv/kv_impl.h"
+#include "../tensor/vmath.h"
 #include "../util/pool.h"
 #include "model_impl.h"
 
@@ -29,7 +30,7 @@ struct kvp_ctx {
     float *x, *xn, *q, *k, *v, *att, *ffa, *ffb, *tmp;
     float *rope_inv[2];  /* [n_rot/2] inverse frequencies: [0] global layers, [1] sliding-window */
     float *rope_cs;      /* [max_batch][2][n_rot]: cos (n_rot/2) then sin (n_rot/2) per kind */
-    float *scores;       /* [n_threads][scores_cap] */
+    float *scores;       /* [n_threads][n_head][scores_cap] */
     int scores_cap;
     float *kvbuf;        /* [n_threads][max(head_dim, head_dim_v)] f16 -> f32 staging */
     float *dotbuf;       /* [n_threads][max_batch] */
@@ -215,70 +216,75 @@ static void rope_head(float *x, const float *cs, int n_rot, int neox) {
     }
 }
 
-static float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-
-static float silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* ---- attention --------------------------------------------------------------------------- */
 
+/* A task is one row, one KV head and a range of the query heads that share it (GQA): each key
+ * and value is loaded (and converted, for an f16 cache) once for all of them. */
 typedef struct attn_job {
     kvp_ctx *c;
     const kvp_row *rows;
     int layer;
+    int split;  /* query heads of a group per task (group size, or 1 when tasks would be few) */
 } attn_job;
 
 static void attn_task(void *arg, int task, int thread) {
     const attn_job *j = arg;
     kvp_ctx *c = j->c;
     const kvp_hparams *hp = &c->m->hp;
-    int r = task / hp->n_head, h = task % hp->n_head;
+    int group = hp->n_head / hp->n_head_kv, per_row = hp->n_head / j->split;
+    int r = task / per_row, h0 = (task % per_row) * j->split, nh = j->split, kvh = h0 / group, l = j->layer;
     const kvp_row *row = &j->rows[r];
     const kvp_kv *kv = row->kv;
-    int hd = hp->head_dim, hdv = hp->head_dim_v, kvh = h / (hp->n_head / hp->n_head_kv), l = j->layer;
-    const float *q = c->q + (size_t)r * hp->n_head * hd + (size_t)h * hd;
-    float *out = c->att + (size_t)r * hp->n_head * hdv + (size_t)h * hdv;
-    float *scores = c->scores + (size_t)thread * c->scores_cap;
+    int hd = hp->head_dim, hdv = hp->head_dim_v;
+    const float *q = c->q + (size_t)r * hp->n_head * hd + (size_t)h0 * hd;
+    float *out = c->att + (size_t)r * hp->n_head * hdv + (size_t)h0 * hdv;
     float *kbuf = c->kvbuf + (size_t)thread * 2 * (hd > hdv ? hd : hdv);
     const uint8_t *active = kv->active + (size_t)l * kv->n_ctx;
     int p1 = row->pos + 1, p0 = 0;
     if (hp->layer_is_swa[l] && hp->sliding_window > 0 && p1 > hp->sliding_window) p0 = p1 - hp->sliding_window;
+    int np = p1 - p0;
+    float *scores = c->scores + (size_t)thread * c->scores_cap * hp->n_head; /* [nh][np] */
+    size_t es = kv_elem_size(kv);
 
-    float mx = -INFINITY;
+    int any = 0;
     for (int p = p0; p < p1; p++) {
-        if (!active[p]) continue;
-        const void *ks = (const char *)kv_k_slot(kv, l, p) + (size_t)kvh * hd * kv_elem_size(kv);
+        if (!active[p]) {
+            for (int h = 0; h < nh; h++) scores[(size_t)h * np + p - p0] = -INFINITY;
+            continue;
+        }
+        any = 1;
+        const void *ks = (const char *)kv_k_slot(kv, l, p) + (size_t)kvh * hd * es;
         const float *kp = ks;
         if (kv->type != KVP_KV_F32) {
             kv_load(kv, ks, kbuf, hd);
             kp = kbuf;
         }
-        float s = kvp_dot_f32(q, kp, hd) * hp->attn_scale;
-        scores[p - p0] = s;
-        if (s > mx) mx = s;
+        for (int h = 0; h < nh; h++) scores[(size_t)h * np + p - p0] = kvp_dot_f32(q + (size_t)h * hd, kp, hd) * hp->attn_scale;
     }
-    memset(out, 0, (size_t)hdv * sizeof(float));
-    if (mx == -INFINITY) return; /* every visible slot evicted: attention contributes nothing */
-    float sum = 0.0f;
+    memset(out, 0, (size_t)nh * hdv * sizeof(float));
+    if (!any) return; /* every visible slot evicted: attention contributes nothing */
+    for (int h = 0; h < nh; h++) { /* softmax; evicted slots (-inf) get weight 0 */
+        float *s = scores + (size_t)h * np, mx = -INFINITY, sum = 0.0f;
+        for (int i = 0; i < np; i++) mx = s[i] > mx ? s[i] : mx;
+        for (int i = 0; i < np; i++) s[i] -= mx;
+        kvp_vexp(s, np);
+        for (int i = 0; i < np; i++) sum += s[i];
+        float inv = 1.0f / sum;
+        for (int i = 0; i < np; i++) s[i] *= inv;
+    }
     for (int p = p0; p < p1; p++) {
         if (!active[p]) continue;
-        float e = expf(scores[p - p0] - mx);
-        scores[p - p0] = e;
-        sum += e;
-    }
-    float inv = 1.0f / sum;
-    for (int p = p0; p < p1; p++) {
-        if (!active[p]) continue;
-        float w = scores[p - p0] * inv;
-        const void *vs = (const char *)kv_v_slot(kv, l, p) + (size_t)kvh * hdv * kv_elem_size(kv);
+        const void *vs = (const char *)kv_v_slot(kv, l, p) + (size_t)kvh * hdv * es;
         const float *vp = vs;
         if (kv->type != KVP_KV_F32) {
             kv_load(kv, vs, kbuf, hdv);
             vp = kbuf;
         }
-        for (int d = 0; d < hdv; d++) out[d] += w * vp[d];
+        for (int h = 0; h < nh; h++) {
+            float w = scores[(size_t)h * np + p - p0], *o = out + (size_t)h * hdv;
+            for (int d = 0; d < hdv; d++) o[d] += w * vp[d];
+        }
     }
 }
 
@@ -306,7 +312,7 @@ static int validate_rows(kvp_ctx *c, const kvp_row *rows, int n, kvp_error *err)
         if (r->pos + 1 > need) need = r->pos + 1;
     }
     if (need > c->scores_cap) {
-        float *s = realloc(c->scores, (size_t)c->n_threads * need * sizeof(float));
+        float *s = realloc(c->scores, (size_t)c->n_threads * hp->n_head * need * sizeof(float));
         if (!s) return kvp_fail(err, KVP_E_NOMEM, "out of memory for attention scores");
         c->scores = s;
         c->scores_cap = need;
@@ -370,8 +376,10 @@ static void attention_block(kvp_ctx *c, const kvp_row *rows, int n, int il) {
         kv_store(kv, kv_v_slot(kv, il, rows[r].pos), c->v + (size_t)r * vw, vw);
         kv->active[(size_t)il * kv->n_ctx + rows[r].pos] = 1;
     }
-    attn_job aj = {c, rows, il};
-    kvp_pool_run(c->pool, attn_task, &aj, n * hp->n_head);
+    /* whole GQA groups per task, unless that leaves threads idle (decode with few KV heads) */
+    int group = hp->n_head / hp->n_head_kv, split = n * hp->n_head_kv >= 2 * c->n_threads ? group : 1;
+    attn_job aj = {c, rows, il, split};
+    kvp_pool_run(c->pool, attn_task, &aj, n * (hp->n_head / split));
 
     set_input(c, c->att, (int64_t)hp->n_head * hp->head_dim_v, n, (int64_t)hp->n_head * hp->head_dim_v);
     matmul_dense(c, &L->wo, c->tmp);
@@ -391,11 +399,8 @@ static void ffn_block(kvp_ctx *c, int n, int il) {
     set_input(c, c->xn, d, n, d);
     matmul_dense(c, &L->gate, c->ffa);
     matmul_dense(c, &L->up, c->ffb);
-    int gelu = hp->arch == KVP_ARCH_GEMMA3;
-    for (size_t i = 0; i < (size_t)n * ff; i++) {
-        float g = c->ffa[i];
-        c->ffa[i] = (gelu ? gelu_tanh(g) : silu(g)) * c->ffb[i];
-    }
+    if (hp->arch == KVP_ARCH_GEMMA3) kvp_gelu_mul(c->ffa, c->ffb, (int64_t)n * ff);
+    else kvp_silu_mul(c->ffa, c->ffb, (int64_t)n * ff);
     set_input(c, c->ffa, ff, n, ff);
     matmul_dense(c, &L->down, c->tmp);
     for (int r = 0; r < n; r++) {
