@@ -219,6 +219,58 @@ static void rope_head(float *x, const float *cs, int n_rot, int neox) {
 
 /* ---- attention --------------------------------------------------------------------------- */
 
+/* q_h . k for nh query heads (hd floats each, contiguous) against one key, the key read once.
+ * Fixed summation order (deterministic); nh is a compile-time constant in each instance. */
+#define MAX_GROUP 8
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define DOT_W 16
+static inline __attribute__((always_inline)) void group_dots_n(int nh, const float *q, int hd, const float *k, float *out) {
+    __m512 acc[MAX_GROUP];
+    for (int h = 0; h < nh; h++) acc[h] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d += 16) {
+        __m512 kv = _mm512_loadu_ps(k + d);
+        for (int h = 0; h < nh; h++) acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)h * hd + d), kv, acc[h]);
+    }
+    for (int h = 0; h < nh; h++) out[h] = _mm512_reduce_add_ps(acc[h]);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define DOT_W 8
+static inline __attribute__((always_inline)) void group_dots_n(int nh, const float *q, int hd, const float *k, float *out) {
+    __m256 acc[MAX_GROUP];
+    for (int h = 0; h < nh; h++) acc[h] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+        __m256 kv = _mm256_loadu_ps(k + d);
+        for (int h = 0; h < nh; h++) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * hd + d), kv, acc[h]);
+    }
+    for (int h = 0; h < nh; h++) {
+        __m128 x = _mm_add_ps(_mm256_castps256_ps128(acc[h]), _mm256_extractf128_ps(acc[h], 1));
+        x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+        out[h] = _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+    }
+}
+#endif
+
+/* 1 if done (else the caller falls back to one kvp_dot_f32 per head). */
+static int group_dots(const float *q, int nh, int hd, const float *k, float *out) {
+#ifdef DOT_W
+    if (hd % DOT_W) return 0;
+    switch (nh) {
+    case 1: group_dots_n(1, q, hd, k, out); return 1;
+    case 2: group_dots_n(2, q, hd, k, out); return 1;
+    case 3: group_dots_n(3, q, hd, k, out); return 1;
+    case 4: group_dots_n(4, q, hd, k, out); return 1;
+    case 5: group_dots_n(5, q, hd, k, out); return 1;
+    case 6: group_dots_n(6, q, hd, k, out); return 1;
+    case 7: group_dots_n(7, q, hd, k, out); return 1;
+    case 8: group_dots_n(8, q, hd, k, out); return 1;
+    }
+#endif
+    (void)q, (void)nh, (void)hd, (void)k, (void)out;
+    return 0;
+}
+
 /* A task is one row, one KV head and a range of the query heads that share it (GQA): each key
  * and value is loaded (and converted, for an f16 cache) once for all of them. */
 typedef struct attn_job {
@@ -260,7 +312,13 @@ static void attn_task(void *arg, int task, int thread) {
             kv_load(kv, ks, kbuf, hd);
             kp = kbuf;
         }
-        for (int h = 0; h < nh; h++) scores[(size_t)h * np + p - p0] = kvp_dot_f32(q + (size_t)h * hd, kp, hd) * hp->attn_scale;
+        float dots[MAX_GROUP];
+        if (group_dots(q, nh, hd, kp, dots)) {
+            for (int h = 0; h < nh; h++) scores[(size_t)h * np + p - p0] = dots[h] * hp->attn_scale;
+        } else {
+            for (int h = 0; h < nh; h++)
+                scores[(size_t)h * np + p - p0] = kvp_dot_f32(q + (size_t)h * hd, kp, hd) * hp->attn_scale;
+        }
     }
     memset(out, 0, (size_t)nh * hdv * sizeof(float));
     if (!any) return; /* every visible slot evicted: attention contributes nothing */
