@@ -129,19 +129,25 @@ int kvp_ctx_exact(const kvp_ctx *c) { return c->exact; }
 
 /* Make nb rows of n floats (ld apart) the input of the following matmuls. The fast path
  * quantizes them here, once for every weight that reads them (q, k and v; gate and up). */
+static void for_each_row(kvp_ctx *c, const kvp_row *rows, int n, int il, void (*fn)(kvp_ctx *, const kvp_row *, int, int));
+
+static void row_quantize(kvp_ctx *c, const kvp_row *rows, int b, int il) {
+    (void)rows, (void)il;
+    int64_t n = c->qin.n;
+    int8_t *q = c->qin.q + (size_t)b * n;
+    float *d = c->qin.d + (size_t)b * (n / 32);
+    kvp_quantize_act_row(c->in + b * c->in_ld, n, q, d);
+    if (c->emulate_q8)
+        for (int64_t i = 0; i < n; i++) c->in_rounded[(size_t)b * n + i] = d[i / 32] * (float)q[i];
+}
+
 static void set_input(kvp_ctx *c, const float *in, int64_t ld, int nb, int64_t n) {
     c->in = in;
     c->in_ld = ld;
     c->qin.n = n;
     c->qin.nb = nb;
     if (c->exact || n % 32) return;
-    for (int b = 0; b < nb; b++) {
-        int8_t *q = c->qin.q + (size_t)b * n;
-        float *d = c->qin.d + (size_t)b * (n / 32);
-        kvp_quantize_act_row(in + b * ld, n, q, d);
-        if (c->emulate_q8)
-            for (int64_t i = 0; i < n; i++) c->in_rounded[(size_t)b * n + i] = d[i / 32] * (float)q[i];
-    }
+    for_each_row(c, NULL, nb, 0, row_quantize);
 }
 
 /* Quantized weights take the integer kernels unless the context is exact (or emulates them);
@@ -271,6 +277,93 @@ static int group_dots(const float *q, int nh, int hd, const float *k, float *out
     return 0;
 }
 
+/* out_h += sum_p w_h[p] * v_p for nh heads sharing the values (hdv floats per slot, f32 or f16
+ * slots `stride` bytes apart from v0, np positions, weights w[h * np + p], 0 = skip the slot):
+ * each value chunk is read once for all heads and the sums stay in registers across positions.
+ * Returns 0 where there is no vector path (the caller does it element by element). */
+#ifdef DOT_W
+#if DOT_W == 16
+typedef __m512 vfl;
+#define V_ZERO _mm512_setzero_ps
+#define V_LOAD_F32(p) _mm512_loadu_ps(p)
+#define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define V_SET1 _mm512_set1_ps
+#define V_ADD _mm512_add_ps
+#define V_STORE _mm512_storeu_ps
+#else
+typedef __m256 vfl;
+#define V_ZERO _mm256_setzero_ps
+#define V_LOAD_F32(p) _mm256_loadu_ps(p)
+#define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define V_SET1 _mm256_set1_ps
+#define V_ADD _mm256_add_ps
+#define V_STORE _mm256_storeu_ps
+#endif
+/* `regs` vectors of the output per head stay in registers across all positions: one pass over
+ * the values when nh * hdv fits, a few otherwise. */
+static inline __attribute__((always_inline)) void group_axpy_n(int nh, int regs, int f16, const char *v0, size_t stride,
+                                                              int hdv, const float *w, int np, const uint8_t *active,
+                                                              float *out) {
+    for (int d = 0; d < hdv; d += regs * DOT_W) {
+        vfl acc[MAX_GROUP][16];
+        for (int h = 0; h < nh; h++)
+            for (int k = 0; k < regs; k++) acc[h][k] = V_ZERO();
+        for (int p = 0; p < np; p++) {
+            if (!active[p]) continue;
+            const char *slot = v0 + (size_t)p * stride;
+            vfl v[16];
+            for (int k = 0; k < regs; k++)
+                v[k] = f16 ? V_LOAD_F16((const uint16_t *)slot + d + k * DOT_W) : V_LOAD_F32((const float *)slot + d + k * DOT_W);
+            for (int h = 0; h < nh; h++) {
+                vfl wh = V_SET1(w[(size_t)h * np + p]);
+                for (int k = 0; k < regs; k++) acc[h][k] = V_FMA(wh, v[k], acc[h][k]);
+            }
+        }
+        for (int h = 0; h < nh; h++)
+            for (int k = 0; k < regs; k++) V_STORE(out + (size_t)h * hdv + d + k * DOT_W, acc[h][k]);
+    }
+}
+
+static inline __attribute__((always_inline)) void group_axpy_r(int nh, int f16, const char *v0, size_t stride, int hdv,
+                                                              const float *w, int np, const uint8_t *active,
+                                                              float *out) {
+    int regs = 16 / nh; /* at most 16 accumulators (+ 16 values) */
+    regs = regs >= 16 ? 16 : regs >= 8 ? 8 : regs >= 4 ? 4 : regs >= 2 ? 2 : 1;
+    while (hdv % (regs * DOT_W)) regs /= 2;
+    switch (regs) {
+    case 16: group_axpy_n(nh, 16, f16, v0, stride, hdv, w, np, active, out); break;
+    case 8: group_axpy_n(nh, 8, f16, v0, stride, hdv, w, np, active, out); break;
+    case 4: group_axpy_n(nh, 4, f16, v0, stride, hdv, w, np, active, out); break;
+    case 2: group_axpy_n(nh, 2, f16, v0, stride, hdv, w, np, active, out); break;
+    default: group_axpy_n(nh, 1, f16, v0, stride, hdv, w, np, active, out); break;
+    }
+}
+#endif
+
+static int group_axpy(int nh, int f16, const char *v0, size_t stride, int hdv, const float *w, int np,
+                      const uint8_t *active, float *out) {
+#ifdef DOT_W
+    if (hdv % DOT_W || nh > MAX_GROUP) return 0;
+#if !defined(__F16C__)
+    if (f16) return 0;
+#endif
+#define AXPY_CASE(N)                                                                                                   \
+    case N: {                                                                                                          \
+        if (f16) group_axpy_r(N, 1, v0, stride, hdv, w, np, active, out);                                              \
+        else group_axpy_r(N, 0, v0, stride, hdv, w, np, active, out);                                                  \
+        return 1;                                                                                                      \
+    }
+    switch (nh) {
+    AXPY_CASE(1) AXPY_CASE(2) AXPY_CASE(3) AXPY_CASE(4) AXPY_CASE(5) AXPY_CASE(6) AXPY_CASE(7) AXPY_CASE(8)
+    }
+#undef AXPY_CASE
+#endif
+    (void)nh, (void)f16, (void)v0, (void)stride, (void)hdv, (void)w, (void)np, (void)active, (void)out;
+    return 0;
+}
+
 /* A task is one row, one KV head and a range of the query heads that share it (GQA): each key
  * and value is loaded (and converted, for an f16 cache) once for all of them. */
 typedef struct attn_job {
@@ -331,6 +424,9 @@ static void attn_task(void *arg, int task, int thread) {
         float inv = 1.0f / sum;
         for (int i = 0; i < np; i++) s[i] *= inv;
     }
+    /* the accumulation overwrites out */
+    const char *v0 = (const char *)kv_v_slot(kv, l, p0) + (size_t)kvh * hdv * es;
+    if (group_axpy(nh, kv->type != KVP_KV_F32, v0, (size_t)kv->v_row * es, hdv, scores, np, active + p0, out)) return;
     for (int p = p0; p < p1; p++) {
         if (!active[p]) continue;
         const void *vs = (const char *)kv_v_slot(kv, l, p) + (size_t)kvh * hdv * es;
@@ -402,70 +498,129 @@ static void rope_tables(kvp_ctx *c, const kvp_row *rows, int n) {
         }
 }
 
-static void attention_block(kvp_ctx *c, const kvp_row *rows, int n, int il) {
-    const kvp_model *m = c->m;
-    const kvp_hparams *hp = &m->hp;
-    const kvp_layer *L = &m->layers[il];
-    int d = hp->n_embd, hd = hp->head_dim;
-    int qw = hp->n_head * hd, kw = hp->n_head_kv * hd, vw = hp->n_head_kv * hp->head_dim_v;
+/* ---- per-row stages, run over the batch in parallel (rows are independent) ----------------- */
 
-    for (int r = 0; r < n; r++) rmsnorm(c->xn + (size_t)r * d, c->x + (size_t)r * d, L->attn_norm, d, hp->rms_eps);
+typedef struct rows_job {
+    kvp_ctx *c;
+    const kvp_row *rows;
+    int n, il, per_task;
+    void (*fn)(kvp_ctx *, const kvp_row *, int, int);
+} rows_job;
+
+static void rows_task(void *arg, int task, int thread) {
+    (void)thread;
+    const rows_job *j = arg;
+    int r1 = (task + 1) * j->per_task < j->n ? (task + 1) * j->per_task : j->n;
+    for (int r = task * j->per_task; r < r1; r++) j->fn(j->c, j->rows, r, j->il);
+}
+
+/* fn(c, rows, r, il) for every r < n; a batch of one or two stays on this thread. */
+static void for_each_row(kvp_ctx *c, const kvp_row *rows, int n, int il, void (*fn)(kvp_ctx *, const kvp_row *, int, int)) {
+    if (n <= 2 || c->n_threads == 1) {
+        for (int r = 0; r < n; r++) fn(c, rows, r, il);
+        return;
+    }
+    int tasks = 4 * c->n_threads < n ? 4 * c->n_threads : n;
+    rows_job j = {c, rows, n, il, (n + tasks - 1) / tasks, fn};
+    kvp_pool_run(c->pool, rows_task, &j, (n + j.per_task - 1) / j.per_task);
+}
+
+static void row_attn_norm(kvp_ctx *c, const kvp_row *rows, int r, int il) {
+    (void)rows;
+    const kvp_hparams *hp = &c->m->hp;
+    int d = hp->n_embd;
+    rmsnorm(c->xn + (size_t)r * d, c->x + (size_t)r * d, c->m->layers[il].attn_norm, d, hp->rms_eps);
+}
+
+static void row_ffn_norm(kvp_ctx *c, const kvp_row *rows, int r, int il) {
+    (void)rows;
+    const kvp_hparams *hp = &c->m->hp;
+    int d = hp->n_embd;
+    rmsnorm(c->xn + (size_t)r * d, c->x + (size_t)r * d, c->m->layers[il].ffn_norm, d, hp->rms_eps);
+}
+
+/* q/k head norms, RoPE, and the store of this row's K/V into its cache slot. */
+static void row_qk_store(kvp_ctx *c, const kvp_row *rows, int r, int il) {
+    const kvp_hparams *hp = &c->m->hp;
+    const kvp_layer *L = &c->m->layers[il];
+    int hd = hp->head_dim, qw = hp->n_head * hd, kw = hp->n_head_kv * hd, vw = hp->n_head_kv * hp->head_dim_v;
+    const float *cs = c->rope_cs + ((size_t)r * 2 + (hp->layer_is_swa[il] ? 1 : 0)) * hp->n_rot;
+    for (int h = 0; h < hp->n_head; h++) {
+        float *qh = c->q + (size_t)r * qw + (size_t)h * hd;
+        if (L->q_norm) rmsnorm(qh, qh, L->q_norm, hd, hp->rms_eps);
+        rope_head(qh, cs, hp->n_rot, hp->rope_neox);
+    }
+    for (int h = 0; h < hp->n_head_kv; h++) {
+        float *kh = c->k + (size_t)r * kw + (size_t)h * hd;
+        if (L->k_norm) rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
+        rope_head(kh, cs, hp->n_rot, hp->rope_neox);
+    }
+    kvp_kv *kv = rows[r].kv; /* distinct rows write distinct slots */
+    kv_store(kv, kv_k_slot(kv, il, rows[r].pos), c->k + (size_t)r * kw, kw);
+    kv_store(kv, kv_v_slot(kv, il, rows[r].pos), c->v + (size_t)r * vw, vw);
+    kv->active[(size_t)il * kv->n_ctx + rows[r].pos] = 1;
+}
+
+/* x += post_norm(tmp) (the norm only where the family has one). */
+static void residual(kvp_ctx *c, int r, const float *post_norm) {
+    const kvp_hparams *hp = &c->m->hp;
+    int d = hp->n_embd;
+    float *t = c->tmp + (size_t)r * d, *x = c->x + (size_t)r * d;
+    if (post_norm) rmsnorm(t, t, post_norm, d, hp->rms_eps);
+    for (int i = 0; i < d; i++) x[i] += t[i];
+}
+static void row_attn_residual(kvp_ctx *c, const kvp_row *rows, int r, int il) {
+    (void)rows;
+    residual(c, r, c->m->layers[il].post_attn_norm);
+}
+static void row_ffn_residual(kvp_ctx *c, const kvp_row *rows, int r, int il) {
+    (void)rows;
+    residual(c, r, c->m->layers[il].post_ffw_norm);
+}
+
+static void row_gate(kvp_ctx *c, const kvp_row *rows, int r, int il) {
+    (void)rows, (void)il;
+    const kvp_hparams *hp = &c->m->hp;
+    float *a = c->ffa + (size_t)r * hp->n_ff, *b = c->ffb + (size_t)r * hp->n_ff;
+    if (hp->arch == KVP_ARCH_GEMMA3) kvp_gelu_mul(a, b, hp->n_ff);
+    else kvp_silu_mul(a, b, hp->n_ff);
+}
+
+/* ---- blocks -------------------------------------------------------------------------------- */
+
+static void attention_block(kvp_ctx *c, const kvp_row *rows, int n, int il) {
+    const kvp_hparams *hp = &c->m->hp;
+    const kvp_layer *L = &c->m->layers[il];
+    int d = hp->n_embd;
+    for_each_row(c, rows, n, il, row_attn_norm);
     set_input(c, c->xn, d, n, d);
     matmul_dense(c, &L->wq, c->q);
     matmul_dense(c, &L->wk, c->k);
     matmul_dense(c, &L->wv, c->v);
-
-    int kind = hp->layer_is_swa[il] ? 1 : 0;
-    for (int r = 0; r < n; r++) {
-        const float *cs = c->rope_cs + ((size_t)r * 2 + kind) * hp->n_rot;
-        for (int h = 0; h < hp->n_head; h++) {
-            float *qh = c->q + (size_t)r * qw + (size_t)h * hd;
-            if (L->q_norm) rmsnorm(qh, qh, L->q_norm, hd, hp->rms_eps);
-            rope_head(qh, cs, hp->n_rot, hp->rope_neox);
-        }
-        for (int h = 0; h < hp->n_head_kv; h++) {
-            float *kh = c->k + (size_t)r * kw + (size_t)h * hd;
-            if (L->k_norm) rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
-            rope_head(kh, cs, hp->n_rot, hp->rope_neox);
-        }
-        /* Store before any row attends, so rows of one cache see each other causally. */
-        kvp_kv *kv = rows[r].kv;
-        kv_store(kv, kv_k_slot(kv, il, rows[r].pos), c->k + (size_t)r * kw, kw);
-        kv_store(kv, kv_v_slot(kv, il, rows[r].pos), c->v + (size_t)r * vw, vw);
-        kv->active[(size_t)il * kv->n_ctx + rows[r].pos] = 1;
-    }
+    /* Every row's K/V is stored before any row attends, so rows of one cache see each other
+     * causally. */
+    for_each_row(c, rows, n, il, row_qk_store);
     /* whole GQA groups per task, unless that leaves threads idle (decode with few KV heads) */
     int group = hp->n_head / hp->n_head_kv, split = n * hp->n_head_kv >= 2 * c->n_threads ? group : 1;
     attn_job aj = {c, rows, il, split};
     kvp_pool_run(c->pool, attn_task, &aj, n * (hp->n_head / split));
-
     set_input(c, c->att, (int64_t)hp->n_head * hp->head_dim_v, n, (int64_t)hp->n_head * hp->head_dim_v);
     matmul_dense(c, &L->wo, c->tmp);
-    for (int r = 0; r < n; r++) {
-        float *t = c->tmp + (size_t)r * d, *x = c->x + (size_t)r * d;
-        if (L->post_attn_norm) rmsnorm(t, t, L->post_attn_norm, d, hp->rms_eps);
-        for (int i = 0; i < d; i++) x[i] += t[i];
-    }
+    for_each_row(c, rows, n, il, row_attn_residual);
 }
 
-static void ffn_block(kvp_ctx *c, int n, int il) {
-    const kvp_model *m = c->m;
-    const kvp_hparams *hp = &m->hp;
-    const kvp_layer *L = &m->layers[il];
+static void ffn_block(kvp_ctx *c, const kvp_row *rows, int n, int il) {
+    const kvp_hparams *hp = &c->m->hp;
+    const kvp_layer *L = &c->m->layers[il];
     int d = hp->n_embd, ff = hp->n_ff;
-    for (int r = 0; r < n; r++) rmsnorm(c->xn + (size_t)r * d, c->x + (size_t)r * d, L->ffn_norm, d, hp->rms_eps);
+    for_each_row(c, rows, n, il, row_ffn_norm);
     set_input(c, c->xn, d, n, d);
     matmul_dense(c, &L->gate, c->ffa);
     matmul_dense(c, &L->up, c->ffb);
-    if (hp->arch == KVP_ARCH_GEMMA3) kvp_gelu_mul(c->ffa, c->ffb, (int64_t)n * ff);
-    else kvp_silu_mul(c->ffa, c->ffb, (int64_t)n * ff);
+    for_each_row(c, rows, n, il, row_gate);
     set_input(c, c->ffa, ff, n, ff);
     matmul_dense(c, &L->down, c->tmp);
-    for (int r = 0; r < n; r++) {
-        float *t = c->tmp + (size_t)r * d, *x = c->x + (size_t)r * d;
-        if (L->post_ffw_norm) rmsnorm(t, t, L->post_ffw_norm, d, hp->rms_eps);
-        for (int i = 0; i < d; i++) x[i] += t[i];
-    }
+    for_each_row(c, rows, n, il, row_ffn_residual);
 }
 
 static void logits_block(kvp_ctx *c, const kvp_row *rows, int n) {
@@ -493,7 +648,7 @@ int kvp_forward(kvp_ctx *c, const kvp_row *rows, int n, kvp_error *err) {
     rope_tables(c, rows, n);
     for (int il = 0; il < c->m->hp.n_layer; il++) {
         attention_block(c, rows, n, il);
-        ffn_block(c, n, il);
+        ffn_block(c, rows, n, il);
     }
     for (int r = 0; r < n; r++)
         if (rows[r].pos + 1 > rows[r].kv->len) rows[r].kv->len = rows[r].pos + 1;
