@@ -14,6 +14,7 @@
 #define KVPROBE_SWEEP_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kvprobe/error.h"
 #include "kvprobe/splice.h"
@@ -53,6 +54,12 @@ typedef struct kvp_sweep_opts {
 } kvp_sweep_opts;
 
 int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err);
+
+/* What the sweep would feed the model, without running it: one JSON line per example with
+ * example_id, gold, the rendered prompt text, its token ids and per-token segments
+ * (s = scaffold, y = system, u = user, a = assistant), the BLANK donor's ids,
+ * max_new_tokens and the end-of-generation ids. For checking prompts, and for reference implementations of the sweep. */
+int kvp_sweep_prompts(const kvp_sweep_opts *o, FILE *out, kvp_error *err);
 
 /* Write summary.csv, report.html and the SVG figures from out_dir/results.jsonl. */
 int kvp_sweep_report(const char *out_dir, kvp_error *err);

@@ -29,6 +29,8 @@ static void sweep_usage(FILE *f) {
             "  --unbatched            decode every cell alone (same records; for benchmarks)\n"
             "  --exact                f32 activations in every matmul (the parity path; default 8-bit)\n"
             "  --quiet                no progress line\n"
+            "  --prompts-only         print each example's prompt, token ids, segments and BLANK donor\n"
+            "                         as JSON lines on stdout, and run nothing\n"
             "usage: kvprobe report DIR    rebuild summary.csv, report.html and figures from DIR/results.jsonl\n");
 }
 
@@ -53,6 +55,7 @@ int cmd_sweep(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.out_dir = "sweep-out";
     o.seed = 1;
+    int prompts_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--dataset") || !strcmp(a, "--conditions") ||
@@ -76,6 +79,7 @@ int cmd_sweep(int argc, char **argv) {
         else if (!strcmp(a, "--skip-bad-rows")) o.skip_bad_rows = 1;
         else if (!strcmp(a, "--unbatched")) o.unbatched = 1;
         else if (!strcmp(a, "--exact")) o.exact = 1;
+        else if (!strcmp(a, "--prompts-only")) prompts_only = 1;
         else if (!strcmp(a, "--quiet")) o.quiet = 1;
         else if (!strcmp(a, "--seed")) {
             if (cli_int(a, v, 0, 0x7fffffff, &n)) return 1;
@@ -121,6 +125,7 @@ int cmd_sweep(int argc, char **argv) {
         return 1;
     }
     kvp_error err = {0};
+    if (prompts_only) return kvp_sweep_prompts(&o, stdout, &err) ? cli_error(&err) : 0;
     if (kvp_sweep_run(&o, &err)) return cli_error(&err);
     fprintf(stderr, "[sweep] report: %s/report.html (summary.csv, results.jsonl)\n", o.out_dir);
     return 0;

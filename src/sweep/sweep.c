@@ -617,6 +617,64 @@ static int setup(run_ctx *r) {
     return 0;
 }
 
+static void free_run(run_ctx *r) {
+    for (int i = 0; i < r->n_done; i++) free(r->done_keys[i]);
+    free(r->done_keys);
+    strmap_free(&r->done);
+    kvp_ctx_free(r->ctx);
+    kvp_dataset_free(&r->ds);
+    kvp_tokenizer_free(r->tok);
+    kvp_model_free(r->m);
+}
+
+int kvp_sweep_prompts(const kvp_sweep_opts *o, FILE *out, kvp_error *err) {
+    run_ctx r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    r.err = err;
+    if (!o->dataset || !o->model_path) return kvp_fail(err, KVP_E_INVALID, "prompts need a model and a dataset");
+    int rc = setup(&r);
+    static const char seg_letter[] = "syua";
+    for (int i = 0; i < r.ds.n && !rc; i++) {
+        const kvp_example *ex = &r.ds.ex[i];
+        kvp_prompt p, d;
+        memset(&d, 0, sizeof d);
+        if ((rc = user_prompt(&r, ex, &p))) break;
+        rc = kvp_prompt_blank(r.tok, &p, o->filler, KVP_FILLER_SAME_LENGTH, &d, NULL, err);
+        char *segs = malloc((size_t)p.n + 1);
+        cJSON *j = cJSON_CreateObject();
+        if (!rc && segs && j) {
+            cJSON_AddStringToObject(j, "example_id", ex->id);
+            cJSON_AddStringToObject(j, "gold", ex->answer);
+            cJSON_AddStringToObject(j, "text", p.text);
+            cJSON *ids = cJSON_AddArrayToObject(j, "ids"), *bl = cJSON_AddArrayToObject(j, "blank_ids");
+            for (int k = 0; k < p.n; k++) {
+                cJSON_AddItemToArray(ids, cJSON_CreateNumber(p.ids[k]));
+                cJSON_AddItemToArray(bl, cJSON_CreateNumber(d.ids[k]));
+                segs[k] = seg_letter[p.seg[k] & 3];
+            }
+            segs[p.n] = 0;
+            cJSON_AddStringToObject(j, "seg", segs);
+            cJSON_AddNumberToObject(j, "max_new_tokens", r.max_new);
+            cJSON *stop = cJSON_AddArrayToObject(j, "stop_ids");
+            for (int t = 0; t < kvp_tokenizer_n_vocab(r.tok); t++)
+                if (is_end(&r, t)) cJSON_AddItemToArray(stop, cJSON_CreateNumber(t));
+            char *line = cJSON_PrintUnformatted(j);
+            if (!line || fprintf(out, "%s\n", line) < 0) rc = kvp_fail(err, KVP_E_IO, "cannot write the prompts");
+            free(line);
+        } else if (!rc) {
+            rc = kvp_fail(err, KVP_E_NOMEM, "out of memory");
+        }
+        cJSON_Delete(j);
+        free(segs);
+        kvp_prompt_free(&p);
+        kvp_prompt_free(&d);
+        if (rc) kvp_wrap(err, "example %s", ex->id);
+    }
+    free_run(&r);
+    return rc;
+}
+
 int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err) {
     run_ctx r;
     memset(&r, 0, sizeof r);
@@ -644,12 +702,6 @@ int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err) {
     }
     if (r.out && fclose(r.out) != 0 && !rc) rc = kvp_fail(err, KVP_E_IO, "%s: close failed", path);
     if (!rc && !o->no_report) rc = kvp_sweep_report(o->out_dir, err);
-    for (int i = 0; i < r.n_done; i++) free(r.done_keys[i]);
-    free(r.done_keys);
-    strmap_free(&r.done);
-    kvp_ctx_free(r.ctx);
-    kvp_dataset_free(&r.ds);
-    kvp_tokenizer_free(r.tok);
-    kvp_model_free(r.m);
+    free_run(&r);
     return rc;
 }
