@@ -14,6 +14,7 @@
 #ifndef KVPROBE_KV_H
 #define KVPROBE_KV_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kvprobe/error.h"
@@ -36,6 +37,7 @@ kvp_kv *kvp_kv_clone(const kvp_kv *src, kvp_error *err);
 int kvp_kv_copy(kvp_kv *dst, const kvp_kv *src, kvp_error *err);
 
 int kvp_kv_len(const kvp_kv *kv);         /* filled positions */
+size_t kvp_kv_bytes(const kvp_kv *kv);    /* memory the cache holds (K, V and the active mask) */
 int kvp_kv_capacity(const kvp_kv *kv);    /* n_ctx */
 int kvp_kv_n_layer(const kvp_kv *kv);
 int kvp_kv_row_size(const kvp_kv *kv, kvp_kv_which which); /* floats per (layer, slot) */

@@ -93,6 +93,10 @@ kvp_kv *kvp_kv_clone(const kvp_kv *src, kvp_error *err) {
 }
 
 int kvp_kv_len(const kvp_kv *kv) { return kv->len; }
+size_t kvp_kv_bytes(const kvp_kv *kv) {
+    size_t slots = (size_t)kv->n_layer * kv->n_ctx;
+    return slots * (size_t)(kv->k_row + kv->v_row) * kv_elem_size(kv) + slots;
+}
 int kvp_kv_capacity(const kvp_kv *kv) { return kv->n_ctx; }
 int kvp_kv_n_layer(const kvp_kv *kv) { return kv->n_layer; }
 kvp_kv_type kvp_kv_dtype(const kvp_kv *kv) { return kv->type; }

@@ -19,6 +19,10 @@
 #include "kvprobe/kvprobe.h"
 #include "kvprobe/sweep.h"
 
+/* Fork caches of one example decoding at once are capped at this many bytes (larger grids
+ * decode in waves of whole W groups). */
+#define KVP_SWEEP_FORK_BYTES ((size_t)4 << 30)
+
 /* ---- helpers ----------------------------------------------------------------------------- */
 
 static double now_s(void) {
@@ -394,7 +398,8 @@ static void agreement(const example_state *s, const cell *c, double *agree, int 
     *agree = len ? (double)same / len : (s->clean_eog == c->eog ? 1.0 : 0.0);
 }
 
-/* Decode the cells of one W together until all finish; write each record as it finishes. */
+/* Decode cells together until all finish; write each record as it finishes (in cell order).
+ * Cells may have different W: each feeds its own next token at its own position. */
 static int decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cell *cells, int n_cells) {
     int V = r->hp->n_vocab, n = s->prompt.n, B = kvp_ctx_max_batch(r->ctx);
     kvp_row *rows = malloc((size_t)B * sizeof *rows);
@@ -404,8 +409,8 @@ static int decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cel
         free(act);
         return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
     }
-    int rc = 0, W = cells[0].W;
-    for (int step = W; !rc; step++) {
+    int rc = 0;
+    while (!rc) {
         int any = 0;
         for (int i = 0; i < n_cells; i++) any |= !cells[i].done;
         if (!any) break;
@@ -414,6 +419,7 @@ static int decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cel
             for (int i = i0; i < n_cells && i < i0 + B; i++) {
                 cell *c = &cells[i];
                 if (c->done) continue;
+                int step = c->n_tok; /* tokens so far, the clean ones before W included */
                 int32_t x = step == 0 ? s->prompt.ids[n - 1] : c->tok[step - 1];
                 rows[n_act] = (kvp_row){x, n - 1 + step, c->kv, c->logits};
                 act[n_act++] = c;
@@ -425,6 +431,7 @@ static int decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cel
                 rc = kvp_forward(r->ctx, rows, n_act, r->err);
             for (int k = 0; k < n_act && !rc; k++) {
                 cell *c = act[k];
+                int step = c->n_tok;
                 if (step < c->W + r->kl_steps && step < s->n_saved) {
                     c->kl_sum += kl_logits(s->clean_logits + (size_t)step * V, c->logits, V);
                     c->kl_n++;
@@ -502,14 +509,39 @@ static int run_example(run_ctx *r, int ei) {
                            n, now_s() - t0)))
         goto out;
 
-    for (int w = 0; w < r->n_steps && !rc; w++) {
-        int W = r->steps[w], n_cells = 0;
-        cell *cells = calloc((size_t)r->n_conds * r->n_layers, sizeof *cells);
-        if (!cells) {
-            rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
-            break;
+    /* Every cell forks the finished clean run at its own W, so cells of all W decode together
+     * as one batch (one forward pass per step for all of them) — in waves when their caches
+     * would not fit in KVP_SWEEP_FORK_BYTES. Edits past the end of the clean run are recorded
+     * as not applied (the clean continuation). */
+    int max_cells = r->n_steps * r->n_conds * r->n_layers, n_cells = 0;
+    cell *cells = calloc((size_t)(max_cells ? max_cells : 1), sizeof *cells);
+    if (!cells) {
+        rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+        goto out;
+    }
+    size_t fork_bytes = kvp_kv_bytes(s.clean), wave_bytes = 0;
+    double tw = now_s();
+    for (int w = 0; w <= r->n_steps && !rc; w++) {
+        int W = w < r->n_steps ? r->steps[w] : 0, group = 0;
+        for (int c = 0; c < r->n_conds && w < r->n_steps; c++)
+            for (int l = 0; l < r->n_layers; l++)
+                group += r->conds[c] != KVP_COND_CLEAN && !is_done(r, ex->id, kvp_condition_name(r->conds[c]), r->layers[l], W) &&
+                         W < s.clean_steps;
+        /* decode the wave so far if this W's cells would overflow it (or at the end) */
+        if (n_cells && (w == r->n_steps || wave_bytes + (size_t)group * fork_bytes > KVP_SWEEP_FORK_BYTES)) {
+            rc = decode_cells(r, &s, ex, cells, n_cells);
+            for (int i = 0; i < n_cells; i++) {
+                kvp_kv_free(cells[i].kv);
+                free(cells[i].tok);
+                free(cells[i].logits);
+            }
+            memset(cells, 0, (size_t)n_cells * sizeof *cells);
+            n_cells = 0;
+            wave_bytes = 0;
+            tw = now_s();
+            progress(r, ei, 0);
         }
-        double tw = now_s();
+        if (w == r->n_steps) break;
         for (int c = 0; c < r->n_conds && !rc; c++) {
             if (r->conds[c] == KVP_COND_CLEAN) continue;
             for (int l = 0; l < r->n_layers && !rc; l++) {
@@ -533,6 +565,7 @@ static int run_example(run_ctx *r, int ei) {
                     rc = r->err->code ? r->err->code : kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
                     break;
                 }
+                wave_bytes += fork_bytes;
                 memcpy(ce->tok, s.clean_tok, (size_t)W * sizeof *ce->tok); /* tokens before W are clean */
                 ce->n_tok = W;
                 kvp_splice sp = {.cond = ce->cond, .layer_from = ce->L, .span = r->o->span, .n_prompt = n,
@@ -541,15 +574,13 @@ static int run_example(run_ctx *r, int ei) {
                 rc = kvp_splice_apply(ce->kv, &sp, r->err);
             }
         }
-        if (!rc && n_cells) rc = decode_cells(r, &s, ex, cells, n_cells);
-        for (int i = 0; i < n_cells; i++) {
-            kvp_kv_free(cells[i].kv);
-            free(cells[i].tok);
-            free(cells[i].logits);
-        }
-        free(cells);
-        progress(r, ei, 0);
     }
+    for (int i = 0; i < n_cells; i++) {
+        kvp_kv_free(cells[i].kv);
+        free(cells[i].tok);
+        free(cells[i].logits);
+    }
+    free(cells);
     goto out;
 fail:
     rc = r->err->code ? r->err->code : KVP_E_NOMEM;
@@ -610,7 +641,8 @@ static int setup(run_ctx *r) {
     }
     int cells_per_w = 0;
     for (int c = 0; c < r->n_conds; c++) cells_per_w += r->conds[c] != KVP_COND_CLEAN ? r->n_layers : 0;
-    kvp_ctx_params cp = {o->threads, cells_per_w > 64 ? cells_per_w : 64, o->exact, 0};
+    int batch = cells_per_w * r->n_steps; /* all cells of an example decode together */
+    kvp_ctx_params cp = {o->threads, batch > 64 ? batch : 64, o->exact, 0};
     if (!(r->ctx = kvp_ctx_new(r->m, &cp, err))) return err->code;
     sha256_hex(g->map, g->size, r->model_sha);
     r->cells_total = (long)r->ds.n * (1 + (long)r->n_steps * cells_per_w);
