@@ -5,6 +5,8 @@
 #   make demo       fetch models, build, run the main job on the default model
 #   make sanitize   build + test under ASan/UBSan (build-asan/)
 #   make fuzz       build and run the libFuzzer targets (clang): GGUF reader, tokenizer, tokenizer.json
+#   make check-isa  the unit tests built for the other kernel paths: portable C (x86-64) and
+#                   AVX2+FMA without AVX-512/VNNI (haswell)
 
 CC      ?= cc
 BUILD   ?= build
@@ -24,7 +26,7 @@ TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC))
 CLI_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC))
 
-.PHONY: all test check models demo sanitize fuzz clean deps
+.PHONY: all test check check-isa models demo sanitize fuzz clean deps
 all: $(BUILD)/kvprobe $(BUILD)/libkvprobe.a
 
 $(BUILD)/obj/%.o: %.c
@@ -63,6 +65,14 @@ demo: deps models all
 	  --conditions clean,blank,zero,drop-content --layers 0,10,20,29 --steps 0,2,8 --out $(DEMO_OUT)
 	@echo "report: $(DEMO_OUT)/report.html"
 
+# The kernels are chosen at build time (-march): CI also builds and tests the fallbacks.
+check-isa:
+	$(MAKE) --no-print-directory BUILD=build-portable ARCHFLAGS=-march=x86-64 build-portable/libkvprobe.a \
+	  $(patsubst $(BUILD)/%,build-portable/%,$(TEST_BINS))
+	$(MAKE) --no-print-directory BUILD=build-avx2 ARCHFLAGS=-march=haswell build-avx2/libkvprobe.a \
+	  $(patsubst $(BUILD)/%,build-avx2/%,$(TEST_BINS))
+	@sh tests/run.sh $(patsubst $(BUILD)/%,build-portable/%,$(TEST_BINS)) $(patsubst $(BUILD)/%,build-avx2/%,$(TEST_BINS))
+
 sanitize:
 	$(MAKE) BUILD=build-asan CFLAGS="-O1 -g $(ARCHFLAGS) -fno-omit-frame-pointer" \
 	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all" check
@@ -87,7 +97,7 @@ fuzz: build-fuzz/fuzz_gguf build-fuzz/fuzz_tokenizer build-fuzz/fuzz_hf_json mod
 	  build-fuzz/corpus-json fuzz/corpus/hf_json
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-portable build-avx2
 
 # Flags live here: objects rebuild when they change.
 $(LIB_OBJ) $(CLI_OBJ) $(TEST_BINS): Makefile

@@ -35,6 +35,9 @@ typedef struct kvp_example {
     char *entry_point;  /* CODE (HumanEval) */
     char *test_code;    /* CODE: Python run after the solution */
     int source_line;    /* 1-based line (or array index) in the source file */
+    char *demo;         /* a reference answer as a model should write it, for few-shot turns
+                           (GSM8K: worked solution + "Answer: N"; code: the solution in a
+                           ```python block); NULL: the gold answer itself */
 } kvp_example;
 
 typedef struct kvp_dataset {
@@ -43,11 +46,19 @@ typedef struct kvp_dataset {
     int n;
     int n_skipped;      /* malformed rows skipped with skip_bad_rows */
     int max_new_tokens; /* default generation budget for the task */
+    kvp_example *demos; /* few-shot demonstrations: the last rows of the file, never evaluated */
+    int n_demos;
 } kvp_dataset;
 
 /* spec: NAME or NAME:N (first N in file order) or PATH.jsonl[:N]. data_dir may be NULL. */
 int kvp_dataset_load(const char *spec, const char *data_dir, int skip_bad_rows, kvp_dataset *out, kvp_error *err);
+/* The same, with `shots` demonstrations taken from the end of the whole file (so the first N
+ * examples are the zero-shot ones, and NAME:N needs N + shots rows). */
+int kvp_dataset_load_shots(const char *spec, const char *data_dir, int skip_bad_rows, int shots, kvp_dataset *out,
+                           kvp_error *err);
 void kvp_dataset_free(kvp_dataset *d);
+/* The text a demonstration turn answers with. */
+const char *kvp_example_demo(const kvp_example *e);
 
 typedef struct kvp_score_result {
     double score;        /* 1 correct, 0 wrong */

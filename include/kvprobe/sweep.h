@@ -51,6 +51,8 @@ typedef struct kvp_sweep_opts {
     int quiet;                  /* no progress line */
     int no_report;              /* skip summary/report at the end */
     int exact;                  /* f32 activations (the parity path) instead of 8-bit */
+    int shots;                  /* few-shot: this many demonstrations (the dataset's last rows) as
+                                   earlier user/assistant turns; 0 = zero-shot */
 } kvp_sweep_opts;
 
 int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err);

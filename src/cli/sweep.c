@@ -19,6 +19,8 @@ static void sweep_usage(FILE *f) {
             "  --max-new-tokens N     generation limit (default: per dataset)\n"
             "  --filler TEXT          BLANK donor filler text\n"
             "  --system TEXT          system message\n"
+            "  --shots K              few-shot: K demonstrations (the dataset's last K rows, never\n"
+            "                         evaluated) as earlier user/assistant turns (default 0)\n"
             "  --template NAME        chat template override\n"
             "  --thinking             Qwen3: enable_thinking=true (default off)\n"
             "  --data-dir DIR         datasets directory (default $KVPROBE_DATA or ../shared/datasets)\n"
@@ -61,7 +63,8 @@ int cmd_sweep(int argc, char **argv) {
         int takes = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--dataset") || !strcmp(a, "--conditions") ||
                     !strcmp(a, "--layers") || !strcmp(a, "--steps") || !strcmp(a, "--span") || !strcmp(a, "--max-new-tokens") ||
                     !strcmp(a, "--filler") || !strcmp(a, "--system") || !strcmp(a, "--template") || !strcmp(a, "--data-dir") ||
-                    !strcmp(a, "--seed") || !strcmp(a, "--out") || !strcmp(a, "-t") || !strcmp(a, "--threads");
+                    !strcmp(a, "--seed") || !strcmp(a, "--out") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
+                    !strcmp(a, "--shots");
         if (takes && !v) {
             fprintf(stderr, "kvprobe sweep: %s needs a value\n", a);
             return 1;
@@ -87,6 +90,9 @@ int cmd_sweep(int argc, char **argv) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (cli_int(a, v, 1, 256, &n)) return 1;
             o.threads = (int)n;
+        } else if (!strcmp(a, "--shots")) {
+            if (cli_int(a, v, 0, 64, &n)) return 1;
+            o.shots = (int)n;
         } else if (!strcmp(a, "--max-new-tokens")) {
             if (cli_int(a, v, 1, 1 << 20, &n)) return 1;
             o.max_new_tokens = (int)n;

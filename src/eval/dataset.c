@@ -68,6 +68,7 @@ static void free_example(kvp_example *e) {
     free(e->code_header);
     free(e->entry_point);
     free(e->test_code);
+    free(e->demo);
 }
 
 /* A malformed row: error, or counted and skipped. Returns non-zero to stop. */
@@ -111,6 +112,24 @@ static char *choice_prompt(const char *question, const char *const *texts, int n
 
 /* ---- loaders ------------------------------------------------------------------------------ */
 
+/* The worked solution without its calculator annotations (<<48/2=24>>), then "Answer: N". */
+static char *gsm8k_demo(const char *answer, const char *hash, const char *gold) {
+    size_t n = (size_t)(hash - answer), k = 0;
+    char *out = malloc(n + strlen(gold) + 16);
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *close = answer[i] == '<' && answer[i + 1] == '<' ? strstr(answer + i, ">>") : NULL;
+        if (close && close < hash) {
+            i = (size_t)(close - answer) + 1;
+            continue;
+        }
+        out[k++] = answer[i];
+    }
+    while (k && isspace((unsigned char)out[k - 1])) k--;
+    sprintf(out + k, "\nAnswer: %s", gold);
+    return out;
+}
+
 static int load_gsm8k(builder *b, char *buf) {
     int line = 1;
     FOR_LINES(buf, l, line) {
@@ -134,6 +153,7 @@ static int load_gsm8k(builder *b, char *buf) {
         e->answer = xstrdup(gold);
         e->prompt = fmt("Solve this math problem. Give the final answer as a number on the last line, in the form "
                         "\"Answer: <number>\".\n\n%s", q);
+        e->demo = gsm8k_demo(a, hash, gold);
         e->source_line = line;
         cJSON_Delete(j);
     }
@@ -312,6 +332,8 @@ static int load_mbpp(builder *b, char *buf) {
         e->prompt = fmt("You are an expert Python programmer. Write a Python function for this task:\n%s\n"
                         "Your code should pass this test:\n%s\nReply with the code only, in a ```python code block.",
                         prompt, cJSON_GetArrayItem(tests, 0)->valuestring);
+        const char *code = jstr(t, "code");
+        if (code) e->demo = fmt("```python\n%s\n```", code);
         e->source_line = idx;
     }
     cJSON_Delete(arr);
@@ -339,6 +361,8 @@ static int load_humaneval(builder *b, char *buf) {
         e->test_code = fmt("%s\ncheck(%s)\n", test, ep);
         e->prompt = fmt("Complete the following Python function. Reply with the whole function in a ```python code "
                         "block.\n\n```python\n%s```", prompt);
+        const char *sol = jstr(j, "canonical_solution");
+        if (sol) e->demo = fmt("```python\n%s%s```", prompt, sol);
         e->source_line = line;
         cJSON_Delete(j);
     }
@@ -434,6 +458,41 @@ static int load_user(builder *b, char *buf) {
 
 /* ---- dispatch ---------------------------------------------------------------------------- */
 
+const char *kvp_example_demo(const kvp_example *e) { return e->demo ? e->demo : e->answer; }
+
+int kvp_dataset_load_shots(const char *spec, const char *data_dir, int skip_bad_rows, int shots, kvp_dataset *d,
+                           kvp_error *err) {
+    if (shots <= 0) return kvp_dataset_load(spec, data_dir, skip_bad_rows, d, err);
+    char name[512];
+    snprintf(name, sizeof name, "%s", spec);
+    long limit = 0;
+    char *colon = strrchr(name, ':');
+    if (colon) {
+        char *end;
+        limit = strtol(colon + 1, &end, 10);
+        if (*end || limit <= 0) return kvp_fail(err, KVP_E_INVALID, "dataset '%s': N in NAME:N must be a positive integer", spec);
+        *colon = 0;
+    }
+    int rc = kvp_dataset_load(name, data_dir, skip_bad_rows, d, err); /* the whole file */
+    if (rc) return rc;
+    int n_eval = limit ? (int)limit : d->n - shots;
+    if (n_eval <= 0 || n_eval + shots > d->n) {
+        int have = d->n;
+        kvp_dataset_free(d);
+        return kvp_fail(err, KVP_E_INVALID, "dataset '%s': %d examples and %d demonstrations need %d rows, the file has %d",
+                        spec, n_eval > 0 ? n_eval : 0, shots, (n_eval > 0 ? n_eval : 0) + shots, have);
+    }
+    if (!(d->demos = malloc((size_t)shots * sizeof *d->demos))) {
+        kvp_dataset_free(d);
+        return kvp_fail(err, KVP_E_NOMEM, "out of memory");
+    }
+    memcpy(d->demos, d->ex + d->n - shots, (size_t)shots * sizeof *d->demos);
+    d->n_demos = shots;
+    for (int i = n_eval; i < d->n - shots; i++) free_example(&d->ex[i]);
+    d->n = n_eval;
+    return 0;
+}
+
 int kvp_dataset_load(const char *spec, const char *data_dir, int skip_bad_rows, kvp_dataset *d, kvp_error *err) {
     memset(d, 0, sizeof *d);
     char name[512], path[1024];
@@ -512,7 +571,9 @@ int kvp_dataset_load(const char *spec, const char *data_dir, int skip_bad_rows, 
 
 void kvp_dataset_free(kvp_dataset *d) {
     for (int i = 0; i < d->n; i++) free_example(&d->ex[i]);
+    for (int i = 0; i < d->n_demos; i++) free_example(&d->demos[i]);
     free(d->ex);
-    d->ex = NULL;
-    d->n = 0;
+    free(d->demos);
+    d->ex = d->demos = NULL;
+    d->n = d->n_demos = 0;
 }

@@ -179,6 +179,7 @@ static int check_config(run_ctx *r, const char *dir) {
     cJSON_AddNumberToObject(c, "seed", (double)o->seed);
     cJSON_AddNumberToObject(c, "kl_steps", r->kl_steps);
     cJSON_AddStringToObject(c, "activations", o->exact ? "f32" : "q8");
+    if (o->shots) cJSON_AddNumberToObject(c, "shots", o->shots);
     char *text = cJSON_Print(c);
     cJSON_Delete(c);
     char path[4096];
@@ -303,12 +304,50 @@ static void free_state(example_state *s) {
     free(s->clean_logits);
 }
 
+/* The prompt: optional system turn, the few-shot demonstrations as user/assistant turns, then
+ * the example's user turn. Without a chat template, turns are separated by blank lines. */
 static int user_prompt(run_ctx *r, const kvp_example *ex, kvp_prompt *p) {
-    kvp_message msgs[2];
-    int n = 0;
+    int nd = r->ds.n_demos, n = 0, raw = r->tmpl.kind == KVP_TMPL_NONE, rc;
+    kvp_message *msgs = calloc((size_t)(2 * nd + 2), sizeof *msgs);
+    char **owned = calloc((size_t)(2 * nd + 1), sizeof *owned);
+    int n_owned = 0;
+    if (!msgs || !owned) {
+        free(msgs);
+        free(owned);
+        return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    }
     if (r->o->system) msgs[n++] = (kvp_message){"system", r->o->system};
-    msgs[n++] = (kvp_message){"user", ex->prompt};
-    return kvp_chat_prompt(r->tok, &r->tmpl, msgs, n, 1, p, r->err);
+    for (int i = 0; i < nd; i++) {
+        const kvp_example *d = &r->ds.demos[i];
+        const char *q = d->prompt, *a = kvp_example_demo(d);
+        if (raw) {
+            size_t lq = strlen(q) + 2, la = strlen(a) + 3;
+            char *qq = malloc(lq), *aa = malloc(la);
+            if (qq) snprintf(qq, lq, "%s\n", q);
+            if (aa) snprintf(aa, la, "%s\n\n", a);
+            owned[n_owned++] = qq, owned[n_owned++] = aa;
+            q = qq, a = aa;
+            if (!q || !a) break;
+        }
+        msgs[n++] = (kvp_message){"user", q};
+        msgs[n++] = (kvp_message){"assistant", a};
+    }
+    const char *last = ex->prompt;
+    if (raw && nd) {
+        size_t l = strlen(last) + 2;
+        char *qq = malloc(l);
+        if (qq) snprintf(qq, l, "%s\n", last);
+        owned[n_owned++] = qq;
+        last = qq;
+    }
+    msgs[n++] = (kvp_message){"user", last};
+    int ok = 1;
+    for (int i = 0; i < n; i++) ok &= msgs[i].content != NULL;
+    rc = ok ? kvp_chat_prompt(r->tok, &r->tmpl, msgs, n, 1, p, r->err) : kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    free(owned);
+    free(msgs);
+    return rc;
 }
 
 /* The OTHER donor: this prompt with its user tokens replaced by another example's user
@@ -602,7 +641,8 @@ static int setup(run_ctx *r) {
     if (kvp_template_detect(g, &r->tmpl, err) && !o->template_name) return err->code;
     if (o->template_name && kvp_template_select(&r->tmpl, o->template_name, err)) return err->code;
     r->tmpl.enable_thinking = o->thinking;
-    if (kvp_dataset_load(o->dataset, o->data_dir, o->skip_bad_rows, &r->ds, err)) return err->code;
+    if (o->shots < 0) return kvp_fail(err, KVP_E_INVALID, "--shots must be >= 0");
+    if (kvp_dataset_load_shots(o->dataset, o->data_dir, o->skip_bad_rows, o->shots, &r->ds, err)) return err->code;
     if (r->ds.n_skipped && !o->quiet) fprintf(stderr, "[sweep] skipped %d malformed rows\n", r->ds.n_skipped);
     r->max_new = o->max_new_tokens > 0 ? o->max_new_tokens : r->ds.max_new_tokens;
     r->kl_steps = o->kl_steps > 0 ? o->kl_steps : 8;
