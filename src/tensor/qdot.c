@@ -475,6 +475,14 @@ INLINE void tile_block(int t, int rm, int rn, const uint8_t *const *wr, int64_t 
     }
 }
 
+/* Quants and scales of activation rows j0 .. j0 + rn - 1. */
+INLINE void act_rows(const kvp_qact *a, int j0, int rn, const int8_t **xq, const float **xd) {
+    for (int j = 0; j < rn; j++) {
+        xq[j] = a->q + (size_t)(j0 + j) * a->n;
+        xd[j] = a->d + (size_t)(j0 + j) * (a->n / QB);
+    }
+}
+
 /* out[j0 + j][r0 + i] for i < rm, j < rn; rm, rn, t are compile-time constants at each call.
  * Weight blocks come from the rows themselves (wb NULL) or from wb: the same values either
  * way, so the same bits. Even and odd blocks accumulate apart and meet at the end, which is
@@ -483,10 +491,7 @@ INLINE void tile(int t, int rm, int rn, const uint8_t *w, size_t rb, int64_t nbl
                  const wbuf *wb, float *const *out) {
     const int8_t *xq[RN];
     const float *xd[RN];
-    for (int j = 0; j < rn; j++) {
-        xq[j] = a->q + (size_t)(j0 + j) * a->n;
-        xd[j] = a->d + (size_t)(j0 + j) * (a->n / QB);
-    }
+    act_rows(a, j0, rn, xq, xd);
     const uint8_t *wr[RM];
     for (int i = 0; i < rm; i++) wr[i] = w + (size_t)(r0 + i) * rb;
     __m256 even[RM][RN], odd[RM][RN];
@@ -504,22 +509,17 @@ INLINE void tile(int t, int rm, int rn, const uint8_t *w, size_t rb, int64_t nbl
 }
 
 #ifdef QD_512
-/* The same tile on 512-bit vectors: blocks b and b + 1 side by side (b + 1 zero past the end),
- * folded to 256 bits at the end. Every (row, activation) pair still goes through one fixed
+/* The same tile on 512-bit vectors, for unpacked row tiles (batches): blocks b and b + 1 side
+ * by side (b + 1 zero past the end), folded to 256 bits at the end. Every (row, activation) pair still goes through one fixed
  * sequence of operations, whatever the tile or batch. */
 INLINE __m512 pair_ps(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
 
-INLINE void tile512(int t, int rm, int rn, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, const kvp_qact *a,
-                    int j0, const wbuf *wb, float *const *out) {
+INLINE void tile512(int t, int rm, int rn, int64_t nblk, int64_t r0, const kvp_qact *a, int j0, const wbuf *wb,
+                    float *const *out) {
     const int os = off_shift(t), has_min = type_has_min(t);
     const int8_t *xq[RN];
     const float *xd[RN];
-    for (int j = 0; j < rn; j++) {
-        xq[j] = a->q + (size_t)(j0 + j) * a->n;
-        xd[j] = a->d + (size_t)(j0 + j) * (a->n / QB);
-    }
-    const uint8_t *wr[RM];
-    for (int i = 0; i < rm; i++) wr[i] = w + (size_t)(r0 + i) * rb;
+    act_rows(a, j0, rn, xq, xd);
     const __m512i pair_idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     __m512 acc[RM][RN];
     for (int i = 0; i < rm; i++)
@@ -540,26 +540,15 @@ INLINE void tile512(int t, int rm, int rn, const uint8_t *w, size_t rb, int64_t 
         for (int i = 0; i < rm; i++) {
             __m512i u;
             __m512 sv, mv = _mm512_setzero_ps();
-            if (wb) {
-                size_t k = (size_t)i * nblk + b;
-                if (two) {
-                    u = _mm512_loadu_si512(&wb->u[k]);
-                    sv = _mm512_loadu_ps(&wb->sv[k]);
-                    if (has_min) mv = _mm512_loadu_ps(&wb->mv[k]);
-                } else {
-                    u = _mm512_castsi256_si512(wb->u[k]);
-                    u = _mm512_inserti64x4(u, _mm256_setzero_si256(), 1);
-                    sv = pair_ps(wb->sv[k], _mm256_setzero_ps());
-                    if (has_min) mv = pair_ps(wb->mv[k], _mm256_setzero_ps());
-                }
+            size_t k = (size_t)i * nblk + b;
+            if (two) {
+                u = _mm512_loadu_si512(&wb->u[k]);
+                sv = _mm512_loadu_ps(&wb->sv[k]);
+                if (has_min) mv = _mm512_loadu_ps(&wb->mv[k]);
             } else {
-                __m256i u0, u1 = _mm256_setzero_si256();
-                __m256 s0, s1 = _mm256_setzero_ps(), m0 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
-                load_block(t, wr[i], b, &u0, &s0, &m0);
-                if (two) load_block(t, wr[i], b + 1, &u1, &s1, &m1);
-                u = _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1);
-                sv = pair_ps(s0, s1);
-                if (has_min) mv = pair_ps(m0, m1);
+                u = _mm512_inserti64x4(_mm512_castsi256_si512(wb->u[k]), _mm256_setzero_si256(), 1);
+                sv = pair_ps(wb->sv[k], _mm256_setzero_ps());
+                if (has_min) mv = pair_ps(wb->mv[k], _mm256_setzero_ps());
             }
             for (int j = 0; j < rn; j++) {
                 __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(src[j], u, x[j]));
@@ -581,8 +570,8 @@ INLINE void row_tile(int t, int rm, const uint8_t *w, size_t rb, int64_t nblk, i
     int j = 0;
 #ifdef QD_512
     if (wb) { /* batched: two blocks per vector */
-        for (; j + RN <= a->nb; j += RN) tile512(t, rm, RN, w, rb, nblk, r, a, j, wb, out);
-        for (; j < a->nb; j++) tile512(t, rm, 1, w, rb, nblk, r, a, j, wb, out);
+        for (; j + RN <= a->nb; j += RN) tile512(t, rm, RN, nblk, r, a, j, wb, out);
+        for (; j < a->nb; j++) tile512(t, rm, 1, nblk, r, a, j, wb, out);
         return;
     }
 #endif

@@ -41,22 +41,7 @@ static inline float exp_scalar(float x) {
 }
 
 #if VM_W == 16
-static inline __m512 exp_vec(__m512 x) {
-    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_LT_OQ);
-    x = _mm512_min_ps(x, _mm512_set1_ps(EXP_HI));
-    x = _mm512_max_ps(x, _mm512_set1_ps(EXP_LO));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(P0), r, _mm512_set1_ps(P1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P5));
-    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps((__mmask16)~under, y, _mm512_castsi512_ps(e));
-}
+typedef __m512 vf;
 #define VLOAD _mm512_loadu_ps
 #define VSTORE _mm512_storeu_ps
 #define VSET1 _mm512_set1_ps
@@ -64,24 +49,13 @@ static inline __m512 exp_vec(__m512 x) {
 #define VADD _mm512_add_ps
 #define VDIV _mm512_div_ps
 #define VFMA _mm512_fmadd_ps
-typedef __m512 vf;
+#define VMIN _mm512_min_ps
+#define VMAX _mm512_max_ps
+#define VROUND(x) _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define VPOW2(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
+#define VZERO_BELOW(x, lo, r) _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), r)
 #elif VM_W == 8
-static inline __m256 exp_vec(__m256 x) {
-    __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_LT_OQ);
-    x = _mm256_min_ps(x, _mm256_set1_ps(EXP_HI));
-    x = _mm256_max_ps(x, _mm256_set1_ps(EXP_LO));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
-    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(P0), r, _mm256_set1_ps(P1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
-    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
-}
+typedef __m256 vf;
 #define VLOAD _mm256_loadu_ps
 #define VSTORE _mm256_storeu_ps
 #define VSET1 _mm256_set1_ps
@@ -89,7 +63,28 @@ static inline __m256 exp_vec(__m256 x) {
 #define VADD _mm256_add_ps
 #define VDIV _mm256_div_ps
 #define VFMA _mm256_fmadd_ps
-typedef __m256 vf;
+#define VMIN _mm256_min_ps
+#define VMAX _mm256_max_ps
+#define VROUND(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define VPOW2(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
+#define VZERO_BELOW(x, lo, r) _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), r)
+#endif
+
+#ifdef VM_W
+/* exp_scalar, lane by lane */
+static inline vf exp_vec(vf x0) {
+    vf lo = VSET1(EXP_LO), x = VMAX(VMIN(x0, VSET1(EXP_HI)), lo);
+    vf n = VROUND(VMUL(x, VSET1(LOG2E)));
+    vf r = VFMA(n, VSET1(-LN2_HI), x);
+    r = VFMA(n, VSET1(-LN2_LO), r);
+    vf p = VFMA(VSET1(P0), r, VSET1(P1));
+    p = VFMA(p, r, VSET1(P2));
+    p = VFMA(p, r, VSET1(P3));
+    p = VFMA(p, r, VSET1(P4));
+    p = VFMA(p, r, VSET1(P5));
+    vf y = VADD(VFMA(p, VMUL(r, r), r), VSET1(1.0f));
+    return VZERO_BELOW(x0, lo, VMUL(y, VPOW2(n)));
+}
 #endif
 
 void kvp_vexp(float *x, int64_t n) {
