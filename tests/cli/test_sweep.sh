@@ -80,6 +80,22 @@ rm "$tmp/a/report.html"
 if "$KVPROBE" report "$tmp/a" > /dev/null && [ -s "$tmp/a/report.html" ]; then ok "report: rebuilds the report from results.jsonl"
 else notok "report: rebuilds the report from results.jsonl"; fi
 
+"$KVPROBE" sweep -m "$SMOL" --dataset sst2:2 --shots 2 --prompts-only > "$tmp/prompts.jsonl" 2> "$tmp/prompts.log"
+if python3 - "$tmp/prompts.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 2 and rows[0]["example_id"] == "sst2-2"
+for r in rows:
+    assert len(r["ids"]) == len(r["blank_ids"]) == len(r["seg"]) and set(r["seg"]) <= set("syua")
+    assert r["text"].count("<|im_start|>user") == 3 and r["text"].count("<|im_start|>assistant") == 3  # 2 demos + the question
+    # BLANK keeps every non-user token and changes user tokens
+    assert all(a == b for a, b, s in zip(r["ids"], r["blank_ids"], r["seg"]) if s != "u")
+    assert any(a != b for a, b, s in zip(r["ids"], r["blank_ids"], r["seg"]) if s == "u")
+    assert 2 in r["stop_ids"] and r["max_new_tokens"] == 16
+PY
+then ok "sweep --prompts-only --shots: prompts with demonstration turns, ids, segments, BLANK donor, stop ids"
+else notok "sweep --prompts-only --shots" "$tmp/prompts.log"; fi
+
 printf '{"id": "x", "prompt": "2+2?", "answer": "4"}\n{broken\n' > "$tmp/bad.jsonl"
 if ! "$KVPROBE" sweep -m "$SMOL" --dataset "$tmp/bad.jsonl" --out "$tmp/c" --quiet > "$tmp/bad.log" 2>&1 &&
     grep -q "bad.jsonl:2:" "$tmp/bad.log"; then ok "sweep: a malformed dataset row is reported with file and line"

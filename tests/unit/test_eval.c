@@ -51,6 +51,26 @@ int main(void) {
         CHECK(kvp_dataset_load("nonsense", NULL, 0, &d, &err) != 0 && strstr(err.msg, "unknown dataset"), "%s", err.msg);
         CHECK(kvp_dataset_load("bbh/../gsm8k/test", NULL, 0, &d, &err) != 0, "path traversal accepted");
     }
+    TEST("few-shot: demonstrations are the file's last rows, never evaluated; demo answers") {
+        kvp_dataset all, d;
+        CHECK(kvp_dataset_load("gsm8k", NULL, 0, &all, &err) == 0, "%s", err.msg);
+        CHECK(kvp_dataset_load_shots("gsm8k:5", NULL, 0, 3, &d, &err) == 0, "%s", err.msg);
+        CHECK(d.n == 5 && d.n_demos == 3 && !strcmp(d.ex[0].id, all.ex[0].id), "split %d + %d", d.n, d.n_demos);
+        CHECK(!strcmp(d.demos[2].id, all.ex[all.n - 1].id) && !strcmp(d.demos[0].id, all.ex[all.n - 3].id), "demos");
+        const char *demo = kvp_example_demo(&d.demos[0]);
+        char want[96];
+        snprintf(want, sizeof want, "\nAnswer: %s", d.demos[0].answer);
+        CHECK(strstr(demo, want) && !strstr(demo, "<<") && !strstr(demo, "####"), "gsm8k demo: %s", demo);
+        kvp_dataset_free(&d);
+        CHECK(kvp_dataset_load_shots("sst2:3", NULL, 0, 2, &d, &err) == 0 && !strcmp(kvp_example_demo(&d.demos[0]), d.demos[0].answer),
+              "label demo is the gold label");
+        kvp_dataset_free(&d);
+        CHECK(kvp_dataset_load_shots("mbpp:2", NULL, 0, 1, &d, &err) == 0 && !strncmp(kvp_example_demo(&d.demos[0]), "```python\n", 10),
+              "code demo in a python block");
+        kvp_dataset_free(&d);
+        CHECK(kvp_dataset_load_shots("gsm8k:1318", NULL, 0, 2, &d, &err) != 0 && strstr(err.msg, "need"), "too many rows: %s", err.msg);
+        kvp_dataset_free(&all);
+    }
     TEST("user jsonl: exact, numeric and multiple choice rows") {
         const char *p = "/tmp/kvprobe-test-user.jsonl";
         write_tmp(p, "{\"id\": \"a\", \"prompt\": \"2+2?\", \"answer\": \"4\"}\n"
