@@ -72,6 +72,11 @@ typedef struct run_ctx {
     strmap done;          /* keys of finished records */
     char **done_keys;
     int n_done, cap_done;
+    /* scores of this example's distinct outputs: cells often repeat the clean text, and a code
+     * score costs a sandboxed Python run */
+    const kvp_example *scored_ex;
+    struct scored { char *text; kvp_score_result res; } *scored;
+    int n_scored, cap_scored;
     /* progress */
     long cells_total, cells_finished, cells_this_run;
     double t_start, t_last_progress;
@@ -202,6 +207,35 @@ static int check_config(run_ctx *r, const char *dir) {
 
 /* ---- records ----------------------------------------------------------------------------- */
 
+static void forget_scores(run_ctx *r) {
+    for (int i = 0; i < r->n_scored; i++) free(r->scored[i].text);
+    r->n_scored = 0;
+    r->scored_ex = NULL;
+}
+
+/* kvp_score, once per distinct output text of an example (the same text scores the same). */
+static int score_cached(run_ctx *r, const kvp_example *ex, const char *text, kvp_score_result *sc) {
+    if (r->scored_ex != ex) forget_scores(r);
+    r->scored_ex = ex;
+    for (int i = 0; i < r->n_scored; i++)
+        if (!strcmp(r->scored[i].text, text)) {
+            *sc = r->scored[i].res;
+            return 0;
+        }
+    int rc = kvp_score(ex, text, NULL, sc, r->err);
+    if (rc) return rc;
+    if (r->n_scored == r->cap_scored) {
+        int cap = r->cap_scored ? 2 * r->cap_scored : 64;
+        struct scored *p = realloc(r->scored, (size_t)cap * sizeof *p);
+        if (!p) return 0; /* not remembering it costs time only */
+        r->scored = p;
+        r->cap_scored = cap;
+    }
+    char *copy = strdup(text);
+    if (copy) r->scored[r->n_scored++] = (struct scored){copy, *sc};
+    return 0;
+}
+
 static int write_record(run_ctx *r, const kvp_example *ex, const char *cond, int L, int W, const int32_t *tok, int n_tok,
                         int eog, int applied, double kl, int kl_n, double agreement, int first_div, int n_prompt,
                         double seconds) {
@@ -220,7 +254,7 @@ static int write_record(run_ctx *r, const kvp_example *ex, const char *cond, int
     free(text);
     text = clean;
     kvp_score_result sc;
-    int rc = kvp_score(ex, text, NULL, &sc, r->err);
+    int rc = score_cached(r, ex, text, &sc);
     if (rc) {
         free(text);
         return rc;
@@ -690,6 +724,8 @@ static int setup(run_ctx *r) {
 }
 
 static void free_run(run_ctx *r) {
+    forget_scores(r);
+    free(r->scored);
     for (int i = 0; i < r->n_done; i++) free(r->done_keys[i]);
     free(r->done_keys);
     strmap_free(&r->done);
