@@ -51,6 +51,9 @@ typedef struct kvp_sweep_opts {
     int quiet;                  /* no progress line */
     int no_report;              /* skip summary/report at the end */
     int exact;                  /* f32 activations (the parity path) instead of 8-bit */
+    int readout_first_token;    /* label / choice tasks: score the candidate answer whose first
+                                   token has the highest logit at step 0 (the generated text is
+                                   still recorded, with its own score as text_score) */
     int shots;                  /* few-shot: this many demonstrations (the dataset's last rows) as
                                    earlier user/assistant turns; 0 = zero-shot */
 } kvp_sweep_opts;

@@ -4,6 +4,7 @@
  * greedy decode (tokens, logits) -> per W: fork the clean cache at step W -> splice every
  * (condition, L) cell -> decode all cells of this W as one batch -> score -> records. */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <openssl/evp.h>
@@ -22,6 +23,8 @@
 /* Fork caches of one example decoding at once are capped at this many bytes (larger grids
  * decode in waves of whole W groups). */
 #define KVP_SWEEP_FORK_BYTES ((size_t)4 << 30)
+
+#define KVP_MAX_CAND 16
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -72,6 +75,11 @@ typedef struct run_ctx {
     strmap done;          /* keys of finished records */
     char **done_keys;
     int n_done, cap_done;
+    /* --readout first-token: this example's candidate answers and their first tokens */
+    int n_cand;
+    char cand[KVP_MAX_CAND][32];
+    int32_t cand_tok[KVP_MAX_CAND][4];
+    int cand_nv[KVP_MAX_CAND];
     /* scores of this example's distinct outputs: cells often repeat the clean text, and a code
      * score costs a sandboxed Python run */
     const kvp_example *scored_ex;
@@ -94,6 +102,7 @@ typedef struct cell {
     int kl_n;
     float *logits;
     double t0;
+    int readout;          /* --readout first-token: the candidate chosen at step 0 */
 } cell;
 
 static void cell_key(char *buf, size_t cap, const char *id, const char *cond, int L, int W) {
@@ -185,6 +194,7 @@ static int check_config(run_ctx *r, const char *dir) {
     cJSON_AddNumberToObject(c, "kl_steps", r->kl_steps);
     cJSON_AddStringToObject(c, "activations", o->exact ? "f32" : "q8");
     if (o->shots) cJSON_AddNumberToObject(c, "shots", o->shots);
+    if (o->readout_first_token) cJSON_AddStringToObject(c, "readout", "first-token");
     char *text = cJSON_Print(c);
     cJSON_Delete(c);
     char path[4096];
@@ -206,6 +216,47 @@ static int check_config(run_ctx *r, const char *dir) {
 }
 
 /* ---- records ----------------------------------------------------------------------------- */
+
+/* The candidate answers of a label / multiple-choice example ("positive|negative", or the
+ * letters A..), each with the first token of its spellings "x", " x", "X", " X". */
+static int readout_candidates(run_ctx *r, const kvp_example *ex) {
+    r->n_cand = 0;
+    if (ex->kind == KVP_TASK_CHOICE) {
+        for (int i = 0; i < ex->n_choices && i < KVP_MAX_CAND; i++) snprintf(r->cand[r->n_cand++], 32, "%c", 'A' + i);
+    } else if (ex->kind == KVP_TASK_LABEL && ex->labels) {
+        for (const char *p = ex->labels; *p && r->n_cand < KVP_MAX_CAND;) {
+            size_t n = strcspn(p, "|");
+            snprintf(r->cand[r->n_cand++], 32, "%.*s", (int)(n < 31 ? n : 31), p);
+            p += n + (p[n] == '|');
+        }
+    }
+    for (int c = 0; c < r->n_cand; c++) {
+        r->cand_nv[c] = 0;
+        for (int v = 0; v < 4; v++) {
+            char text[40];
+            snprintf(text, sizeof text, "%s%s", v & 1 ? " " : "", r->cand[c]);
+            if (v & 2) text[v & 1] = (char)toupper((unsigned char)text[v & 1]);
+            int32_t *ids = NULL;
+            int n = 0;
+            if (kvp_tokenize(r->tok, text, strlen(text), 0, 0, &ids, &n, r->err)) return r->err->code;
+            int dup = 0;
+            for (int k = 0; k < r->cand_nv[c]; k++) dup |= n > 0 && r->cand_tok[c][k] == ids[0];
+            if (n > 0 && !dup) r->cand_tok[c][r->cand_nv[c]++] = ids[0];
+            free(ids);
+        }
+    }
+    return 0;
+}
+
+/* The candidate whose best spelling has the highest logit (ties: the first). */
+static int readout(const run_ctx *r, const float *logits) {
+    int best = -1;
+    float bl = -INFINITY;
+    for (int c = 0; c < r->n_cand; c++)
+        for (int k = 0; k < r->cand_nv[c]; k++)
+            if (logits[r->cand_tok[c][k]] > bl) bl = logits[r->cand_tok[c][k]], best = c;
+    return best;
+}
 
 static void forget_scores(run_ctx *r) {
     for (int i = 0; i < r->n_scored; i++) free(r->scored[i].text);
@@ -238,7 +289,7 @@ static int score_cached(run_ctx *r, const kvp_example *ex, const char *text, kvp
 
 static int write_record(run_ctx *r, const kvp_example *ex, const char *cond, int L, int W, const int32_t *tok, int n_tok,
                         int eog, int applied, double kl, int kl_n, double agreement, int first_div, int n_prompt,
-                        double seconds) {
+                        int ro, double seconds) {
     char *text = NULL;
     size_t tlen;
     if (kvp_detokenize(r->tok, tok, n_tok, 0, &text, &tlen)) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
@@ -272,6 +323,12 @@ static int write_record(run_ctx *r, const kvp_example *ex, const char *cond, int
     for (int i = 0; i < n_tok; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(tok[i]));
     cJSON_AddStringToObject(j, "extracted", sc.extracted);
     cJSON_AddStringToObject(j, "gold", ex->answer);
+    if (r->o->readout_first_token) { /* the score is the read-out's; the text's is kept beside it */
+        const char *pick = ro >= 0 ? r->cand[ro] : "";
+        cJSON_AddStringToObject(j, "readout", pick);
+        cJSON_AddNumberToObject(j, "text_score", sc.score);
+        sc.score = ro >= 0 && !strcasecmp(pick, ex->answer);
+    }
     cJSON_AddNumberToObject(j, "score", sc.score);
     cJSON_AddNumberToObject(j, "decode_steps", n_tok + (eog ? 1 : 0));
     cJSON_AddBoolToObject(j, "stopped_at_eog", eog);
@@ -324,6 +381,7 @@ typedef struct example_state {
     int n_clean, clean_eog, clean_steps; /* steps = forward passes the clean run made */
     float *clean_logits;                 /* [n_saved][V] logits of steps 0..n_saved-1 */
     int n_saved;
+    int clean_readout;                   /* --readout first-token at step 0 of the clean run */
 } example_state;
 
 static void free_state(example_state *s) {
@@ -509,6 +567,7 @@ static int decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cel
                     c->kl_sum += kl_logits(s->clean_logits + (size_t)step * V, c->logits, V);
                     c->kl_n++;
                 }
+                if (step == 0) c->readout = readout(r, c->logits);
                 int32_t t = kvp_argmax(c->logits, V);
                 if (is_end(r, t)) c->eog = c->done = 1;
                 else if ((c->tok[c->n_tok++] = t, c->n_tok >= r->max_new)) c->done = 1;
@@ -521,7 +580,7 @@ static int decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cel
             int fd;
             agreement(s, c, &ag, &fd);
             rc = write_record(r, ex, kvp_condition_name(c->cond), c->L, c->W, c->tok, c->n_tok, c->eog, 1, c->kl_sum,
-                              c->kl_n, ag, fd, n, now_s() - c->t0);
+                              c->kl_n, ag, fd, n, c->W == 0 ? c->readout : s->clean_readout, now_s() - c->t0);
             kvp_kv_free(c->kv);
             c->kv = NULL;
         }
@@ -577,9 +636,11 @@ static int run_example(run_ctx *r, int ei) {
                        !(s.donor_other = prefill(r, s.other.ids, n - 1, n_ctx))))
         goto fail;
     if (clean_decode(r, &s, max_step(r) + r->kl_steps)) goto fail;
+    if (r->o->readout_first_token && readout_candidates(r, ex)) goto fail;
+    s.clean_readout = readout(r, s.clean_logits);
     if (!is_done(r, ex->id, clean_name, r->hp->n_layer, 0) &&
         (rc = write_record(r, ex, clean_name, r->hp->n_layer, 0, s.clean_tok, s.n_clean, s.clean_eog, 0, 0, 0, 1.0, -1,
-                           n, now_s() - t0)))
+                           n, s.clean_readout, now_s() - t0)))
         goto out;
 
     /* Every cell forks the finished clean run at its own W, so cells of all W decode together
@@ -622,7 +683,7 @@ static int run_example(run_ctx *r, int ei) {
                 if (is_done(r, ex->id, cn, r->layers[l], W)) continue;
                 if (W >= s.clean_steps) { /* the clean run ended before step W: nothing to edit */
                     rc = write_record(r, ex, cn, r->layers[l], W, s.clean_tok, s.n_clean, s.clean_eog, 0, 0, 0, 1.0, -1,
-                                      n, 0.0);
+                                      n, s.clean_readout, 0.0);
                     continue;
                 }
                 cell *ce = &cells[n_cells++];
@@ -679,6 +740,11 @@ static int setup(run_ctx *r) {
     if (kvp_dataset_load_shots(o->dataset, o->data_dir, o->skip_bad_rows, o->shots, &r->ds, err)) return err->code;
     if (r->ds.n_skipped && !o->quiet) fprintf(stderr, "[sweep] skipped %d malformed rows\n", r->ds.n_skipped);
     r->max_new = o->max_new_tokens > 0 ? o->max_new_tokens : r->ds.max_new_tokens;
+    if (o->readout_first_token)
+        for (int i = 0; i < r->ds.n; i++)
+            if (r->ds.ex[i].kind != KVP_TASK_LABEL && r->ds.ex[i].kind != KVP_TASK_CHOICE)
+                return kvp_fail(err, KVP_E_INVALID, "--readout first-token needs a label or multiple-choice dataset (%s is not)",
+                                r->ds.ex[i].id);
     r->kl_steps = o->kl_steps > 0 ? o->kl_steps : 8;
     if (o->n_conds) {
         memcpy(r->conds, o->conds, (size_t)o->n_conds * sizeof *r->conds);

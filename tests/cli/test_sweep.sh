@@ -96,6 +96,25 @@ PY
 then ok "sweep --prompts-only --shots: prompts with demonstration turns, ids, segments, BLANK donor, stop ids"
 else notok "sweep --prompts-only --shots" "$tmp/prompts.log"; fi
 
+"$KVPROBE" sweep -m "$SMOL" --dataset sst2:3 --readout first-token --conditions clean,zero --layers 0 --steps 0,2 \
+    --max-new-tokens 4 -t 2 --quiet --out "$tmp/ro" > "$tmp/ro.log" 2>&1
+if python3 - "$tmp/ro/results.jsonl" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert len(recs) == 9
+clean = {r["example_id"]: r for r in recs if r["condition"] == "clean"}
+for r in recs:
+    assert r["readout"] in ("positive", "negative") and r["text_score"] in (0, 1)
+    assert r["score"] == (r["readout"] == r["gold"])
+    if r["W"] > 0:  # the read-out is step 0's: an edit at W >= 1 cannot move it
+        assert r["readout"] == clean[r["example_id"]]["readout"]
+PY
+then ok "sweep --readout first-token: step-0 candidate read-out scored, text score kept"
+else notok "sweep --readout first-token" "$tmp/ro.log"; fi
+if ! "$KVPROBE" sweep -m "$SMOL" --dataset gsm8k:1 --readout first-token --out "$tmp/ro2" --quiet > "$tmp/ro2.log" 2>&1 &&
+    grep -q "needs a label or multiple-choice dataset" "$tmp/ro2.log"; then ok "sweep --readout first-token refuses a numeric dataset"
+else notok "sweep --readout first-token refuses a numeric dataset" "$tmp/ro2.log"; fi
+
 printf '{"id": "x", "prompt": "2+2?", "answer": "4"}\n{broken\n' > "$tmp/bad.jsonl"
 if ! "$KVPROBE" sweep -m "$SMOL" --dataset "$tmp/bad.jsonl" --out "$tmp/c" --quiet > "$tmp/bad.log" 2>&1 &&
     grep -q "bad.jsonl:2:" "$tmp/bad.log"; then ok "sweep: a malformed dataset row is reported with file and line"
