@@ -132,9 +132,11 @@ static inline int type_off(int t) {
     }
 }
 
+#ifdef QD_AVX2 /* the portable kernel applies the (zero) mins of every type */
 static inline int type_has_min(int t) {
     return t == KVP_TYPE_Q4_1 || t == KVP_TYPE_Q5_1 || t == KVP_TYPE_Q2_K || t == KVP_TYPE_Q4_K || t == KVP_TYPE_Q5_K;
 }
+#endif
 
 /* Q4_K / Q5_K: 6-bit scale and min of sub-block j from the 12 packed bytes. */
 static inline void k4_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
