@@ -27,6 +27,7 @@
 #define P5 5.0000001201e-1f
 
 static inline float exp_scalar(float x) {
+    if (isnan(x)) return x; /* (int32_t)NaN is undefined; the vector lanes propagate it too */
     if (x < EXP_LO) return 0.0f;
     if (x > EXP_HI) x = EXP_HI;
     float n = nearbyintf(x * LOG2E);
@@ -73,7 +74,8 @@ typedef __m256 vf;
 #ifdef VM_W
 /* exp_scalar, lane by lane */
 static inline vf exp_vec(vf x0) {
-    vf lo = VSET1(EXP_LO), x = VMAX(VMIN(x0, VSET1(EXP_HI)), lo);
+    /* min/max return their second operand when either is NaN: x0 last, so NaN propagates */
+    vf lo = VSET1(EXP_LO), x = VMAX(lo, VMIN(VSET1(EXP_HI), x0));
     vf n = VROUND(VMUL(x, VSET1(LOG2E)));
     vf r = VFMA(n, VSET1(-LN2_HI), x);
     r = VFMA(n, VSET1(-LN2_LO), r);

@@ -9,6 +9,7 @@
 
 #include "harness.h"
 #include "kvprobe/kvprobe.h"
+#include "../../src/tensor/vmath.h"
 
 static const char *TYPES[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"};
 
@@ -156,6 +157,41 @@ int main(void) {
         int zero = d[1] == 0.0f;
         for (int i = 32; i < 64; i++) zero &= q[i] == 0;
         CHECK(zero, "an all-zero block quantizes to zeros with d = 0");
+    }
+    TEST("vmath: exp matches libm within 2 ulp, NaN and infinities propagate, vector lanes = scalar tail") {
+        /* 37 values: vector lanes take the first 32 (16 or 8 wide), the scalar tail the rest;
+         * the same inputs shifted by 5 move each value to the other path. */
+        float base[37] = {0.0f, 1.0f, -1.0f, 0.5f, 88.0f, -86.9f, 10.0f, -10.0f, 1e-8f, -1e-8f, 3.3f, -40.0f,
+                          NAN, INFINITY, -INFINITY, 100.0f, -100.0f, 88.7f, -87.5f, 2.0f, 7.25f, -7.25f, 60.0f,
+                          -60.0f, 0.125f, 42.0f, -0.693f, 0.693f, 20.0f, -20.0f, 5.0f, -5.0f, NAN, 1.5f, -1.5f,
+                          80.0f, -80.0f};
+        float a[37], b[42];
+        memcpy(a, base, sizeof a);
+        for (int i = 0; i < 5; i++) b[i] = 0.0f;
+        memcpy(b + 5, base, sizeof base);
+        kvp_vexp(a, 37);
+        kvp_vexp(b, 42);
+        int bad = 0;
+        for (int i = 0; i < 37; i++) {
+            float x = base[i], got = a[i];
+            if (memcmp(&a[i], &b[i + 5], 4) != 0 && !(isnan(a[i]) && isnan(b[i + 5]))) {
+                if (bad++ < 3) NOTE("exp(%g): %.9g on one path, %.9g on the other", x, a[i], b[i + 5]);
+                continue;
+            }
+            if (isnan(x)) { bad += !isnan(got); continue; }
+            if (x < -87.0f) { bad += got != 0.0f; continue; }
+            if (x > 88.3762626647949f) { bad += !(got >= 2.4e38f); continue; } /* saturates, stays finite */
+            float want = expf(x);
+            float ulp = nextafterf(want, INFINITY) - want;
+            if (fabsf(got - want) > 2 * ulp) {
+                if (bad++ < 3) NOTE("exp(%g) = %.9g, libm %.9g", x, got, want);
+            }
+        }
+        CHECK(bad == 0, "%d values wrong", bad);
+        float g[3] = {NAN, 1.0f, -3.0f}, one[3] = {1, 1, 1};
+        kvp_silu_mul(g, one, 3);
+        CHECK(isnan(g[0]) && fabsf(g[1] - 0.7310586f) < 1e-6f && fabsf(g[2] + 0.1422776f) < 1e-6f,
+              "silu: %g %g %g", g[0], g[1], g[2]);
     }
     return harness_finish();
 }
