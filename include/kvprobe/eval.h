@@ -30,6 +30,7 @@ typedef struct kvp_example {
     char *answer;       /* gold: number, label word, letter, or exact string */
     kvp_task_kind kind;
     int n_choices;      /* CHOICE: options A.. */
+    char **choices;     /* CHOICE: the option texts, n_choices of them */
     char *labels;       /* LABEL: alternatives separated by '|' */
     char *code_header;  /* CODE (HumanEval): prompt code prepended when the answer lacks it */
     char *entry_point;  /* CODE (HumanEval) */

@@ -26,6 +26,16 @@ extern "C" {
 #define KVP_SWEEP_MAX_LAYERS 128
 #define KVP_SWEEP_MAX_STEPS 64
 
+/* How a label / multiple-choice answer is read. The generated text is always recorded; with a
+ * read-out, its own score is kept beside as text_score. */
+typedef enum kvp_readout {
+    KVP_READOUT_TEXT,        /* extract the answer from the generated text */
+    KVP_READOUT_FIRST_TOKEN, /* the candidate whose first token has the highest logit at step 0 */
+    KVP_READOUT_LOGLIK,      /* the candidate whose continuation (label word, or the option's text)
+                                has the highest summed token log-probability, teacher-forced; the
+                                edit lands before the forward pass that predicts its token W */
+} kvp_readout;
+
 typedef struct kvp_sweep_opts {
     const char *model_path;
     const char *dataset;        /* NAME[:N] or PATH.jsonl[:N] */
@@ -51,9 +61,7 @@ typedef struct kvp_sweep_opts {
     int quiet;                  /* no progress line */
     int no_report;              /* skip summary/report at the end */
     int exact;                  /* f32 activations (the parity path) instead of 8-bit */
-    int readout_first_token;    /* label / choice tasks: score the candidate answer whose first
-                                   token has the highest logit at step 0 (the generated text is
-                                   still recorded, with its own score as text_score) */
+    kvp_readout readout;        /* label / choice tasks: how the answer is read (see kvp_readout) */
     int shots;                  /* few-shot: this many demonstrations (the dataset's last rows) as
                                    earlier user/assistant turns; 0 = zero-shot */
 } kvp_sweep_opts;

@@ -19,9 +19,11 @@ static void sweep_usage(FILE *f) {
             "  --max-new-tokens N     generation limit (default: per dataset)\n"
             "  --filler TEXT          BLANK donor filler text\n"
             "  --system TEXT          system message\n"
-            "  --readout text|first-token   label / multiple-choice scoring: the answer extracted from\n"
-            "                         the generated text (default), or the candidate whose first token\n"
-            "                         has the highest logit at step 0 (robust for small base models)\n"
+            "  --readout text|first-token|loglik   label / multiple-choice scoring: the answer\n"
+            "                         extracted from the generated text (default); the candidate whose\n"
+            "                         first token has the highest logit at step 0; or the candidate whose\n"
+            "                         continuation (label word / option text) has the highest summed\n"
+            "                         log-probability, teacher-forced, edited at its token W\n"
             "  --shots K              few-shot: K demonstrations (the dataset's last K rows, never\n"
             "                         evaluated) as earlier user/assistant turns (default 0)\n"
             "  --template NAME        chat template override\n"
@@ -85,8 +87,9 @@ int cmd_sweep(int argc, char **argv) {
         else if (!strcmp(a, "--skip-bad-rows")) o.skip_bad_rows = 1;
         else if (!strcmp(a, "--unbatched")) o.unbatched = 1;
         else if (!strcmp(a, "--exact")) o.exact = 1;
-        else if (!strcmp(a, "--readout") && v && !strcmp(v, "first-token")) o.readout_first_token = 1, i++;
-        else if (!strcmp(a, "--readout") && v && !strcmp(v, "text")) o.readout_first_token = 0, i++;
+        else if (!strcmp(a, "--readout") && v && !strcmp(v, "first-token")) o.readout = KVP_READOUT_FIRST_TOKEN, i++;
+        else if (!strcmp(a, "--readout") && v && !strcmp(v, "loglik")) o.readout = KVP_READOUT_LOGLIK, i++;
+        else if (!strcmp(a, "--readout") && v && !strcmp(v, "text")) o.readout = KVP_READOUT_TEXT, i++;
         else if (!strcmp(a, "--prompts-only")) prompts_only = 1;
         else if (!strcmp(a, "--quiet")) o.quiet = 1;
         else if (!strcmp(a, "--seed")) {

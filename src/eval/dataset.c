@@ -69,6 +69,16 @@ static void free_example(kvp_example *e) {
     free(e->entry_point);
     free(e->test_code);
     free(e->demo);
+    for (int i = 0; e->choices && i < e->n_choices; i++) free(e->choices[i]);
+    free(e->choices);
+}
+
+/* A multiple-choice example's options: the prompt lists them; --readout loglik scores them. */
+static void set_choices(kvp_example *e, const char *const *texts, int n) {
+    e->kind = KVP_TASK_CHOICE;
+    e->choices = calloc((size_t)n, sizeof *e->choices);
+    e->n_choices = e->choices ? n : 0;
+    for (int i = 0; i < e->n_choices; i++) e->choices[i] = xstrdup(texts[i]);
 }
 
 /* A malformed row: error, or counted and skipped. Returns non-zero to stop. */
@@ -284,8 +294,7 @@ static int load_arc(builder *b, char *buf, const char *name) {
         }
         kvp_example *e = add(b);
         e->id = fmt("%s-%s", name, id ? id : "?");
-        e->kind = KVP_TASK_CHOICE;
-        e->n_choices = n;
+        set_choices(e, texts, n);
         e->answer = fmt("%c", 'A' + gold);
         e->prompt = choice_prompt(stem, texts, n);
         e->source_line = line;
@@ -441,8 +450,7 @@ static int load_user(builder *b, char *buf) {
             else {
                 kvp_example *e = add(b);
                 e->id = xstrdup(id);
-                e->kind = KVP_TASK_CHOICE;
-                e->n_choices = n;
+                set_choices(e, texts, n);
                 e->answer = fmt("%c", 'A' + gold);
                 e->prompt = choice_prompt(question, texts, n);
                 e->source_line = line;

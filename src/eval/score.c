@@ -212,8 +212,29 @@ static void first_line(const char *text, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", (int)n, text);
 }
 
+/* A fixed-size copy can cut a UTF-8 sequence in two: drop an incomplete last sequence, so the
+ * records stay valid JSON text. */
+static void trim_partial_utf8(char *s) {
+    size_t n = strlen(s), i = n;
+    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--;
+    if (i == 0) return;
+    unsigned char lead = (unsigned char)s[i - 1];
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (n - (i - 1) < need) s[i - 1] = 0;
+}
+
+static int score_kind(const kvp_example *ex, const char *output, const kvp_sandbox_opts *sb, kvp_score_result *res,
+                      kvp_error *err);
+
 int kvp_score(const kvp_example *ex, const char *output, const kvp_sandbox_opts *sb, kvp_score_result *res,
               kvp_error *err) {
+    int rc = score_kind(ex, output, sb, res, err);
+    trim_partial_utf8(res->extracted);
+    return rc;
+}
+
+static int score_kind(const kvp_example *ex, const char *output, const kvp_sandbox_opts *sb, kvp_score_result *res,
+                      kvp_error *err) {
     memset(res, 0, sizeof *res);
     switch (ex->kind) {
     case KVP_TASK_NUMBER: {

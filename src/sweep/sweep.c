@@ -24,7 +24,8 @@
  * decode in waves of whole W groups). */
 #define KVP_SWEEP_FORK_BYTES ((size_t)4 << 30)
 
-#define KVP_MAX_CAND 16
+#define KVP_MAX_CAND 26 /* choices A..Z */
+#define KVP_LOGLIK_MAX_TOKENS 64 /* a longer continuation is scored on its first 64 tokens */
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -75,11 +76,14 @@ typedef struct run_ctx {
     strmap done;          /* keys of finished records */
     char **done_keys;
     int n_done, cap_done;
-    /* --readout first-token: this example's candidate answers and their first tokens */
+    /* --readout: this example's candidate answers, their first tokens (first-token) and their
+     * continuations' tokens (loglik) */
     int n_cand;
     char cand[KVP_MAX_CAND][32];
     int32_t cand_tok[KVP_MAX_CAND][4];
     int cand_nv[KVP_MAX_CAND];
+    int32_t *cont[KVP_MAX_CAND];
+    int n_cont[KVP_MAX_CAND];
     /* scores of this example's distinct outputs: cells often repeat the clean text, and a code
      * score costs a sandboxed Python run */
     const kvp_example *scored_ex;
@@ -102,7 +106,8 @@ typedef struct cell {
     int kl_n;
     float *logits;
     double t0;
-    int readout;          /* --readout first-token: the candidate chosen at step 0 */
+    int readout;          /* --readout: the candidate chosen (-1: none) */
+    double cand_lp[KVP_MAX_CAND]; /* --readout loglik: each candidate's log-probability */
 } cell;
 
 static void cell_key(char *buf, size_t cap, const char *id, const char *cond, int L, int W) {
@@ -194,7 +199,7 @@ static int check_config(run_ctx *r, const char *dir) {
     cJSON_AddNumberToObject(c, "kl_steps", r->kl_steps);
     cJSON_AddStringToObject(c, "activations", o->exact ? "f32" : "q8");
     if (o->shots) cJSON_AddNumberToObject(c, "shots", o->shots);
-    if (o->readout_first_token) cJSON_AddStringToObject(c, "readout", "first-token");
+    if (o->readout) cJSON_AddStringToObject(c, "readout", o->readout == KVP_READOUT_LOGLIK ? "loglik" : "first-token");
     char *text = cJSON_Print(c);
     cJSON_Delete(c);
     char path[4096];
@@ -220,6 +225,7 @@ static int check_config(run_ctx *r, const char *dir) {
 /* The candidate answers of a label / multiple-choice example ("positive|negative", or the
  * letters A..), each with the first token of its spellings "x", " x", "X", " X". */
 static int readout_candidates(run_ctx *r, const kvp_example *ex) {
+    for (int c = 0; c < r->n_cand; c++) free(r->cont[c]), r->cont[c] = NULL, r->n_cont[c] = 0;
     r->n_cand = 0;
     if (ex->kind == KVP_TASK_CHOICE) {
         for (int i = 0; i < ex->n_choices && i < KVP_MAX_CAND; i++) snprintf(r->cand[r->n_cand++], 32, "%c", 'A' + i);
@@ -243,6 +249,12 @@ static int readout_candidates(run_ctx *r, const kvp_example *ex) {
             for (int k = 0; k < r->cand_nv[c]; k++) dup |= n > 0 && r->cand_tok[c][k] == ids[0];
             if (n > 0 && !dup) r->cand_tok[c][r->cand_nv[c]++] = ids[0];
             free(ids);
+        }
+        if (r->o->readout == KVP_READOUT_LOGLIK) { /* continuation: the label word, or the option's text */
+            const char *text = ex->kind == KVP_TASK_CHOICE && ex->choices ? ex->choices[c] : r->cand[c];
+            if (kvp_tokenize(r->tok, text, strlen(text), 0, 0, &r->cont[c], &r->n_cont[c], r->err)) return r->err->code;
+            if (r->n_cont[c] == 0) return kvp_fail(r->err, KVP_E_INVALID, "example %s: candidate %s has no tokens", ex->id, r->cand[c]);
+            if (r->n_cont[c] > KVP_LOGLIK_MAX_TOKENS) r->n_cont[c] = KVP_LOGLIK_MAX_TOKENS;
         }
     }
     return 0;
@@ -289,7 +301,7 @@ static int score_cached(run_ctx *r, const kvp_example *ex, const char *text, kvp
 
 static int write_record(run_ctx *r, const kvp_example *ex, const char *cond, int L, int W, const int32_t *tok, int n_tok,
                         int eog, int applied, double kl, int kl_n, double agreement, int first_div, int n_prompt,
-                        int ro, double seconds) {
+                        int ro, const double *cand_lp, double seconds) {
     char *text = NULL;
     size_t tlen;
     if (kvp_detokenize(r->tok, tok, n_tok, 0, &text, &tlen)) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
@@ -323,9 +335,13 @@ static int write_record(run_ctx *r, const kvp_example *ex, const char *cond, int
     for (int i = 0; i < n_tok; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(tok[i]));
     cJSON_AddStringToObject(j, "extracted", sc.extracted);
     cJSON_AddStringToObject(j, "gold", ex->answer);
-    if (r->o->readout_first_token) { /* the score is the read-out's; the text's is kept beside it */
+    if (r->o->readout) { /* the score is the read-out's; the text's is kept beside it */
         const char *pick = ro >= 0 ? r->cand[ro] : "";
         cJSON_AddStringToObject(j, "readout", pick);
+        if (cand_lp) {
+            cJSON *lp = cJSON_AddObjectToObject(j, "logprobs");
+            for (int c = 0; c < r->n_cand; c++) cJSON_AddNumberToObject(lp, r->cand[c], round(cand_lp[c] * 1e4) / 1e4);
+        }
         cJSON_AddNumberToObject(j, "text_score", sc.score);
         sc.score = ro >= 0 && !strcasecmp(pick, ex->answer);
     }
@@ -381,7 +397,10 @@ typedef struct example_state {
     int n_clean, clean_eog, clean_steps; /* steps = forward passes the clean run made */
     float *clean_logits;                 /* [n_saved][V] logits of steps 0..n_saved-1 */
     int n_saved;
-    int clean_readout;                   /* --readout first-token at step 0 of the clean run */
+    int clean_readout;                   /* --readout: the clean run's candidate */
+    double clean_lp[KVP_MAX_CAND];       /* --readout loglik: clean log-probability per candidate */
+    kvp_kv *cont_kv[KVP_MAX_CAND];       /* --readout loglik: the prompt + each continuation, clean */
+    double *cont_lp[KVP_MAX_CAND];       /*   and the clean log-probability of each of its tokens */
 } example_state;
 
 static void free_state(example_state *s) {
@@ -394,6 +413,7 @@ static void free_state(example_state *s) {
     kvp_kv_free(s->clean);
     free(s->clean_tok);
     free(s->clean_logits);
+    for (int c = 0; c < KVP_MAX_CAND; c++) kvp_kv_free(s->cont_kv[c]), free(s->cont_lp[c]);
 }
 
 /* The prompt: optional system turn, the few-shot demonstrations as user/assistant turns, then
@@ -529,6 +549,72 @@ static void agreement(const example_state *s, const cell *c, double *agree, int 
     *agree = len ? (double)same / len : (s->clean_eog == c->eog ? 1.0 : 0.0);
 }
 
+/* ---- --readout loglik: candidates scored by teacher forcing ------------------------------- */
+
+static double token_logprob(const float *lg, int V, int32_t t) {
+    double m = -INFINITY, sum = 0;
+    for (int i = 0; i < V; i++) m = fmax(m, lg[i]);
+    for (int i = 0; i < V; i++) sum += exp(lg[i] - m);
+    return lg[t] - m - log(sum);
+}
+
+/* Feed candidate c's continuation into kv (which holds the n-1+from positions before) from its
+ * token `from` on: input j is the last prompt token (j = 0) or continuation token j-1, so the
+ * pass at input j predicts continuation token j — the same step numbering as generation. */
+static int force_continuation(run_ctx *r, const example_state *s, kvp_kv *kv, int c, int from, double *lp) {
+    int k = r->n_cont[c], m = k - from, V = r->hp->n_vocab, n = s->prompt.n;
+    if (m <= 0) return 0;
+    int32_t *in = calloc((size_t)m, sizeof *in);
+    float *lg = malloc((size_t)m * V * sizeof(float));
+    int rc = in && lg ? 0 : kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    for (int j = from; j < k && !rc; j++) in[j - from] = j == 0 ? s->prompt.ids[n - 1] : r->cont[c][j - 1];
+    if (!rc) rc = kvp_decode(r->ctx, kv, in, m, lg, NULL, r->err);
+    for (int j = from; j < k && !rc; j++) lp[j] = token_logprob(lg + (size_t)(j - from) * V, V, r->cont[c][j]);
+    free(in);
+    free(lg);
+    return rc;
+}
+
+static int best_candidate(const double *lp, int n) {
+    int best = -1;
+    for (int c = 0; c < n; c++)
+        if (best < 0 || lp[c] > lp[best]) best = c;
+    return best;
+}
+
+/* The clean scores, keeping each continuation's cache for the cells to fork. */
+static int loglik_clean(run_ctx *r, example_state *s) {
+    for (int c = 0; c < r->n_cand; c++) {
+        if (!(s->cont_lp[c] = malloc((size_t)r->n_cont[c] * sizeof(double)))) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+        if (!(s->cont_kv[c] = kvp_kv_clone(s->base, r->err))) return r->err->code;
+        if (force_continuation(r, s, s->cont_kv[c], c, 0, s->cont_lp[c])) return r->err->code;
+        s->clean_lp[c] = 0;
+        for (int j = 0; j < r->n_cont[c]; j++) s->clean_lp[c] += s->cont_lp[c][j];
+    }
+    s->clean_readout = best_candidate(s->clean_lp, r->n_cand);
+    return 0;
+}
+
+/* One cell's scores: tokens before W are clean; the edit lands before the pass predicting
+ * token W (a continuation shorter than W + 1 tokens is never edited). */
+static int loglik_cell(run_ctx *r, const example_state *s, const kvp_splice *sp, int W, double *cand_lp, int *pick) {
+    int n = s->prompt.n;
+    double lp[KVP_LOGLIK_MAX_TOKENS];
+    for (int c = 0; c < r->n_cand; c++) {
+        cand_lp[c] = s->clean_lp[c];
+        if (W >= r->n_cont[c]) continue;
+        kvp_kv *kv = kvp_kv_clone(s->cont_kv[c], r->err);
+        int rc = !kv || kvp_kv_truncate(kv, n - 1 + W, r->err) || kvp_splice_apply(kv, sp, r->err) ||
+                 force_continuation(r, s, kv, c, W, lp);
+        kvp_kv_free(kv);
+        if (rc) return r->err->code ? r->err->code : KVP_E_NOMEM;
+        cand_lp[c] = 0;
+        for (int j = 0; j < r->n_cont[c]; j++) cand_lp[c] += j < W ? s->cont_lp[c][j] : lp[j];
+    }
+    *pick = best_candidate(cand_lp, r->n_cand);
+    return 0;
+}
+
 /* Decode cells together until all finish; write each record as it finishes (in cell order).
  * Cells may have different W: each feeds its own next token at its own position. */
 static int decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cell *cells, int n_cells) {
@@ -567,7 +653,7 @@ static int decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cel
                     c->kl_sum += kl_logits(s->clean_logits + (size_t)step * V, c->logits, V);
                     c->kl_n++;
                 }
-                if (step == 0) c->readout = readout(r, c->logits);
+                if (step == 0 && c->W == 0 && r->o->readout == KVP_READOUT_FIRST_TOKEN) c->readout = readout(r, c->logits);
                 int32_t t = kvp_argmax(c->logits, V);
                 if (is_end(r, t)) c->eog = c->done = 1;
                 else if ((c->tok[c->n_tok++] = t, c->n_tok >= r->max_new)) c->done = 1;
@@ -580,7 +666,8 @@ static int decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cel
             int fd;
             agreement(s, c, &ag, &fd);
             rc = write_record(r, ex, kvp_condition_name(c->cond), c->L, c->W, c->tok, c->n_tok, c->eog, 1, c->kl_sum,
-                              c->kl_n, ag, fd, n, c->W == 0 ? c->readout : s->clean_readout, now_s() - c->t0);
+                              c->kl_n, ag, fd, n, c->readout, r->o->readout == KVP_READOUT_LOGLIK ? c->cand_lp : NULL,
+                              now_s() - c->t0);
             kvp_kv_free(c->kv);
             c->kv = NULL;
         }
@@ -612,7 +699,9 @@ static int run_example(run_ctx *r, int ei) {
     int rc = 0, V = r->hp->n_vocab;
     double t0 = now_s();
     if (user_prompt(r, ex, &s.prompt)) return kvp_wrap(r->err, "example %s", ex->id);
-    int n = s.prompt.n, n_ctx = n + r->max_new + 1;
+    int n = s.prompt.n, n_gen = r->max_new;
+    if (r->o->readout == KVP_READOUT_LOGLIK && n_gen < KVP_LOGLIK_MAX_TOKENS) n_gen = KVP_LOGLIK_MAX_TOKENS;
+    int n_ctx = n + n_gen + 1;
     if (n < 2) {
         free_state(&s);
         return kvp_fail(r->err, KVP_E_INVALID, "example %s: the prompt has fewer than 2 tokens", ex->id);
@@ -636,11 +725,12 @@ static int run_example(run_ctx *r, int ei) {
                        !(s.donor_other = prefill(r, s.other.ids, n - 1, n_ctx))))
         goto fail;
     if (clean_decode(r, &s, max_step(r) + r->kl_steps)) goto fail;
-    if (r->o->readout_first_token && readout_candidates(r, ex)) goto fail;
-    s.clean_readout = readout(r, s.clean_logits);
+    if (r->o->readout && readout_candidates(r, ex)) goto fail;
+    const int loglik = r->o->readout == KVP_READOUT_LOGLIK;
+    if (loglik ? loglik_clean(r, &s) : (s.clean_readout = readout(r, s.clean_logits), 0)) goto fail;
     if (!is_done(r, ex->id, clean_name, r->hp->n_layer, 0) &&
         (rc = write_record(r, ex, clean_name, r->hp->n_layer, 0, s.clean_tok, s.n_clean, s.clean_eog, 0, 0, 0, 1.0, -1,
-                           n, s.clean_readout, now_s() - t0)))
+                           n, s.clean_readout, loglik ? s.clean_lp : NULL, now_s() - t0)))
         goto out;
 
     /* Every cell forks the finished clean run at its own W, so cells of all W decode together
@@ -681,9 +771,15 @@ static int run_example(run_ctx *r, int ei) {
             for (int l = 0; l < r->n_layers && !rc; l++) {
                 const char *cn = kvp_condition_name(r->conds[c]);
                 if (is_done(r, ex->id, cn, r->layers[l], W)) continue;
+                kvp_splice sp = {.cond = r->conds[c], .layer_from = r->layers[l], .span = r->o->span, .n_prompt = n,
+                                 .seg = s.prompt.seg, .seed = r->o->seed ^ (uint64_t)ei * 0x9E3779B97F4A7C15ull,
+                                 .donor = r->conds[c] == KVP_COND_OTHER ? s.donor_other : s.donor_blank};
                 if (W >= s.clean_steps) { /* the clean run ended before step W: nothing to edit */
+                    int pick = s.clean_readout;
+                    double lp[KVP_MAX_CAND];
+                    if (loglik && (rc = loglik_cell(r, &s, &sp, W, lp, &pick))) break;
                     rc = write_record(r, ex, cn, r->layers[l], W, s.clean_tok, s.n_clean, s.clean_eog, 0, 0, 0, 1.0, -1,
-                                      n, s.clean_readout, 0.0);
+                                      n, pick, loglik ? lp : NULL, 0.0);
                     continue;
                 }
                 cell *ce = &cells[n_cells++];
@@ -702,10 +798,9 @@ static int run_example(run_ctx *r, int ei) {
                 wave_bytes += fork_bytes;
                 memcpy(ce->tok, s.clean_tok, (size_t)W * sizeof *ce->tok); /* tokens before W are clean */
                 ce->n_tok = W;
-                kvp_splice sp = {.cond = ce->cond, .layer_from = ce->L, .span = r->o->span, .n_prompt = n,
-                                 .seg = s.prompt.seg, .seed = r->o->seed ^ (uint64_t)ei * 0x9E3779B97F4A7C15ull,
-                                 .donor = ce->cond == KVP_COND_OTHER ? s.donor_other : s.donor_blank};
                 rc = kvp_splice_apply(ce->kv, &sp, r->err);
+                ce->readout = W == 0 ? -1 : s.clean_readout; /* first-token: set at step 0 if W = 0 */
+                if (!rc && loglik) rc = loglik_cell(r, &s, &sp, W, ce->cand_lp, &ce->readout);
             }
         }
     }
@@ -740,11 +835,11 @@ static int setup(run_ctx *r) {
     if (kvp_dataset_load_shots(o->dataset, o->data_dir, o->skip_bad_rows, o->shots, &r->ds, err)) return err->code;
     if (r->ds.n_skipped && !o->quiet) fprintf(stderr, "[sweep] skipped %d malformed rows\n", r->ds.n_skipped);
     r->max_new = o->max_new_tokens > 0 ? o->max_new_tokens : r->ds.max_new_tokens;
-    if (o->readout_first_token)
+    if (o->readout)
         for (int i = 0; i < r->ds.n; i++)
             if (r->ds.ex[i].kind != KVP_TASK_LABEL && r->ds.ex[i].kind != KVP_TASK_CHOICE)
-                return kvp_fail(err, KVP_E_INVALID, "--readout first-token needs a label or multiple-choice dataset (%s is not)",
-                                r->ds.ex[i].id);
+                return kvp_fail(err, KVP_E_INVALID, "--readout %s needs a label or multiple-choice dataset (%s is not)",
+                                o->readout == KVP_READOUT_LOGLIK ? "loglik" : "first-token", r->ds.ex[i].id);
     r->kl_steps = o->kl_steps > 0 ? o->kl_steps : 8;
     if (o->n_conds) {
         memcpy(r->conds, o->conds, (size_t)o->n_conds * sizeof *r->conds);
@@ -791,6 +886,7 @@ static int setup(run_ctx *r) {
 
 static void free_run(run_ctx *r) {
     forget_scores(r);
+    for (int c = 0; c < KVP_MAX_CAND; c++) free(r->cont[c]);
     free(r->scored);
     for (int i = 0; i < r->n_done; i++) free(r->done_keys[i]);
     free(r->done_keys);

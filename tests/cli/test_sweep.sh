@@ -111,6 +111,39 @@ for r in recs:
 PY
 then ok "sweep --readout first-token: step-0 candidate read-out scored, text score kept"
 else notok "sweep --readout first-token" "$tmp/ro.log"; fi
+# --readout loglik on a user multiple-choice file: one-token and multi-token options, so an edit
+# at W = 1 must move exactly the options longer than one token.
+cat > "$tmp/mc.jsonl" <<'EOF'
+{"id": "cap1", "question": "What is the capital of France?", "choices": ["Paris", "the city of Berlin in Germany", "Rome"], "answer": 0}
+{"id": "cap2", "question": "Which city is the capital of Germany?", "choices": ["Madrid", "the city of Berlin in Germany"], "answer": "B"}
+EOF
+"$KVPROBE" sweep -m "$SMOL" --dataset "$tmp/mc.jsonl" --readout loglik --conditions clean,zero --layers 0 --steps 0,1,64 \
+    --max-new-tokens 2 -t 2 --quiet --out "$tmp/ll" > "$tmp/ll.log" 2>&1
+lens=""
+for c in "Paris" "the city of Berlin in Germany" "Rome" "Madrid"; do
+    lens="$lens$("$KVPROBE" tokenize -m "$SMOL" --ids "$c" | wc -w),"
+done
+if python3 - "$tmp/ll/results.jsonl" "$lens" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+n = dict(zip(["Paris", "the city of Berlin in Germany", "Rome", "Madrid"], map(int, sys.argv[2].rstrip(",").split(","))))
+assert n["Paris"] == 1 and n["the city of Berlin in Germany"] > 1, n
+opts = {"cap1": ["Paris", "the city of Berlin in Germany", "Rome"], "cap2": ["Madrid", "the city of Berlin in Germany"]}
+assert len(recs) == 8
+clean = {r["example_id"]: r for r in recs if r["condition"] == "clean"}
+for r in recs:
+    lp = r["logprobs"]
+    assert list(lp) == [chr(65 + i) for i in range(len(opts[r["example_id"]]))]
+    assert all(v < 0 for v in lp.values())
+    assert r["readout"] == max(lp, key=lambda k: (lp[k], -ord(k)))
+    assert r["score"] == (r["readout"] == r["gold"])
+    c = clean[r["example_id"]]["logprobs"]
+    for k, text in zip(lp, opts[r["example_id"]]):
+        edited = r["condition"] == "zero" and r["W"] < n[text]
+        assert (lp[k] != c[k]) == edited, (r["example_id"], r["W"], text, lp[k], c[k])
+PY
+then ok "sweep --readout loglik: teacher-forced option scores, the edit moves exactly the tokens from W on"
+else notok "sweep --readout loglik" "$tmp/ll.log"; fi
 if ! "$KVPROBE" sweep -m "$SMOL" --dataset gsm8k:1 --readout first-token --out "$tmp/ro2" --quiet > "$tmp/ro2.log" 2>&1 &&
     grep -q "needs a label or multiple-choice dataset" "$tmp/ro2.log"; then ok "sweep --readout first-token refuses a numeric dataset"
 else notok "sweep --readout first-token refuses a numeric dataset" "$tmp/ro2.log"; fi

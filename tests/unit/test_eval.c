@@ -155,6 +155,14 @@ int main(void) {
         CHECK(s.score == 1, "answer word opening the line");
         kvp_score(&yes, "Yesterday it was not.", NULL, &s, &err);
         CHECK(s.score == 0, "prefix inside a word");
+        /* A long first line cut to the 256-byte field must not end inside a UTF-8 sequence. */
+        char longline[700];
+        size_t k = 0;
+        while (k + 2 < sizeof longline - 1) longline[k++] = (char)0xC2, longline[k++] = (char)0xB7; /* U+00B7 */
+        longline[k] = 0;
+        kvp_score(&yes, longline, NULL, &s, &err);
+        size_t el = strlen(s.extracted);
+        CHECK(el > 200 && el % 2 == 0 && (unsigned char)s.extracted[el - 1] == 0xB7, "extracted cut inside a sequence (%zu bytes)", el);
     }
     TEST("scoring code: canonical solutions pass, wrong ones fail (sandboxed)") {
         kvp_dataset he, mb;
