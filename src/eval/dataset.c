@@ -76,9 +76,9 @@ static void free_example(kvp_example *e) {
 /* A multiple-choice example's options: the prompt lists them; --readout loglik scores them. */
 static void set_choices(kvp_example *e, const char *const *texts, int n) {
     e->kind = KVP_TASK_CHOICE;
+    e->n_choices = n;
     e->choices = calloc((size_t)n, sizeof *e->choices);
-    e->n_choices = e->choices ? n : 0;
-    for (int i = 0; i < e->n_choices; i++) e->choices[i] = xstrdup(texts[i]);
+    for (int i = 0; e->choices && i < n; i++) e->choices[i] = xstrdup(texts[i]);
 }
 
 /* A malformed row: error, or counted and skipped. Returns non-zero to stop. */

@@ -224,16 +224,6 @@ static void trim_partial_utf8(char *s) {
 }
 
 static int score_kind(const kvp_example *ex, const char *output, const kvp_sandbox_opts *sb, kvp_score_result *res,
-                      kvp_error *err);
-
-int kvp_score(const kvp_example *ex, const char *output, const kvp_sandbox_opts *sb, kvp_score_result *res,
-              kvp_error *err) {
-    int rc = score_kind(ex, output, sb, res, err);
-    trim_partial_utf8(res->extracted);
-    return rc;
-}
-
-static int score_kind(const kvp_example *ex, const char *output, const kvp_sandbox_opts *sb, kvp_score_result *res,
                       kvp_error *err) {
     memset(res, 0, sizeof *res);
     switch (ex->kind) {
@@ -297,4 +287,11 @@ static int score_kind(const kvp_example *ex, const char *output, const kvp_sandb
     }
     }
     return kvp_fail(err, KVP_E_INVALID, "unknown task kind %d", ex->kind);
+}
+
+int kvp_score(const kvp_example *ex, const char *output, const kvp_sandbox_opts *sb, kvp_score_result *res,
+              kvp_error *err) {
+    int rc = score_kind(ex, output, sb, res, err);
+    trim_partial_utf8(res->extracted);
+    return rc;
 }

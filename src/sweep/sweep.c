@@ -55,6 +55,10 @@ static double kl_logits(const float *p_logits, const float *q_logits, int n) {
     return kl > 0 ? kl : 0;
 }
 
+static const char *readout_name(kvp_readout ro) {
+    return ro == KVP_READOUT_LOGLIK ? "loglik" : ro == KVP_READOUT_FIRST_TOKEN ? "first-token" : "text";
+}
+
 /* ---- run state --------------------------------------------------------------------------- */
 
 typedef struct run_ctx {
@@ -199,7 +203,7 @@ static int check_config(run_ctx *r, const char *dir) {
     cJSON_AddNumberToObject(c, "kl_steps", r->kl_steps);
     cJSON_AddStringToObject(c, "activations", o->exact ? "f32" : "q8");
     if (o->shots) cJSON_AddNumberToObject(c, "shots", o->shots);
-    if (o->readout) cJSON_AddStringToObject(c, "readout", o->readout == KVP_READOUT_LOGLIK ? "loglik" : "first-token");
+    if (o->readout) cJSON_AddStringToObject(c, "readout", readout_name(o->readout));
     char *text = cJSON_Print(c);
     cJSON_Delete(c);
     char path[4096];
@@ -251,7 +255,8 @@ static int readout_candidates(run_ctx *r, const kvp_example *ex) {
             free(ids);
         }
         if (r->o->readout == KVP_READOUT_LOGLIK) { /* continuation: the label word, or the option's text */
-            const char *text = ex->kind == KVP_TASK_CHOICE && ex->choices ? ex->choices[c] : r->cand[c];
+            const char *text = ex->kind != KVP_TASK_CHOICE ? r->cand[c] : ex->choices ? ex->choices[c] : NULL;
+            if (!text) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
             if (kvp_tokenize(r->tok, text, strlen(text), 0, 0, &r->cont[c], &r->n_cont[c], r->err)) return r->err->code;
             if (r->n_cont[c] == 0) return kvp_fail(r->err, KVP_E_INVALID, "example %s: candidate %s has no tokens", ex->id, r->cand[c]);
             if (r->n_cont[c] > KVP_LOGLIK_MAX_TOKENS) r->n_cont[c] = KVP_LOGLIK_MAX_TOKENS;
@@ -653,7 +658,7 @@ static int decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cel
                     c->kl_sum += kl_logits(s->clean_logits + (size_t)step * V, c->logits, V);
                     c->kl_n++;
                 }
-                if (step == 0 && c->W == 0 && r->o->readout == KVP_READOUT_FIRST_TOKEN) c->readout = readout(r, c->logits);
+                if (step == 0 && r->o->readout == KVP_READOUT_FIRST_TOKEN) c->readout = readout(r, c->logits);
                 int32_t t = kvp_argmax(c->logits, V);
                 if (is_end(r, t)) c->eog = c->done = 1;
                 else if ((c->tok[c->n_tok++] = t, c->n_tok >= r->max_new)) c->done = 1;
@@ -839,7 +844,7 @@ static int setup(run_ctx *r) {
         for (int i = 0; i < r->ds.n; i++)
             if (r->ds.ex[i].kind != KVP_TASK_LABEL && r->ds.ex[i].kind != KVP_TASK_CHOICE)
                 return kvp_fail(err, KVP_E_INVALID, "--readout %s needs a label or multiple-choice dataset (%s is not)",
-                                o->readout == KVP_READOUT_LOGLIK ? "loglik" : "first-token", r->ds.ex[i].id);
+                                readout_name(o->readout), r->ds.ex[i].id);
     r->kl_steps = o->kl_steps > 0 ? o->kl_steps : 8;
     if (o->n_conds) {
         memcpy(r->conds, o->conds, (size_t)o->n_conds * sizeof *r->conds);

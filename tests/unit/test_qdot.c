@@ -158,29 +158,27 @@ int main(void) {
         for (int i = 32; i < 64; i++) zero &= q[i] == 0;
         CHECK(zero, "an all-zero block quantizes to zeros with d = 0");
     }
-    TEST("vmath: exp matches libm within 2 ulp, NaN and infinities propagate, vector lanes = scalar tail") {
-        /* 37 values: vector lanes take the first 32 (16 or 8 wide), the scalar tail the rest;
-         * the same inputs shifted by 5 move each value to the other path. */
+    TEST("vmath: exp matches libm within 2 ulp, NaN propagates, infinities saturate, vector lanes = scalar") {
+        /* kvp_vexp on all 37 runs the first 32 in vector lanes (16 or 8 wide) and the rest in the
+         * scalar tail; one value at a time always takes the scalar path. */
         float base[37] = {0.0f, 1.0f, -1.0f, 0.5f, 88.0f, -86.9f, 10.0f, -10.0f, 1e-8f, -1e-8f, 3.3f, -40.0f,
                           NAN, INFINITY, -INFINITY, 100.0f, -100.0f, 88.7f, -87.5f, 2.0f, 7.25f, -7.25f, 60.0f,
                           -60.0f, 0.125f, 42.0f, -0.693f, 0.693f, 20.0f, -20.0f, 5.0f, -5.0f, NAN, 1.5f, -1.5f,
                           80.0f, -80.0f};
-        float a[37], b[42];
+        float a[37];
         memcpy(a, base, sizeof a);
-        for (int i = 0; i < 5; i++) b[i] = 0.0f;
-        memcpy(b + 5, base, sizeof base);
         kvp_vexp(a, 37);
-        kvp_vexp(b, 42);
         int bad = 0;
         for (int i = 0; i < 37; i++) {
-            float x = base[i], got = a[i];
-            if (memcmp(&a[i], &b[i + 5], 4) != 0 && !(isnan(a[i]) && isnan(b[i + 5]))) {
-                if (bad++ < 3) NOTE("exp(%g): %.9g on one path, %.9g on the other", x, a[i], b[i + 5]);
+            float x = base[i], got = a[i], scalar = x;
+            kvp_vexp(&scalar, 1);
+            if (memcmp(&got, &scalar, 4) != 0 && !(isnan(got) && isnan(scalar))) {
+                if (bad++ < 3) NOTE("exp(%g): %.9g in the batch, %.9g alone", x, got, scalar);
                 continue;
             }
             if (isnan(x)) { bad += !isnan(got); continue; }
             if (x < -87.0f) { bad += got != 0.0f; continue; }
-            if (x > 88.3762626647949f) { bad += !(got >= 2.4e38f); continue; } /* saturates, stays finite */
+            if (x > 88.3762626647949f) { bad += !(got >= 2.4e38f && isfinite(got)); continue; } /* saturates */
             float want = expf(x);
             float ulp = nextafterf(want, INFINITY) - want;
             if (fabsf(got - want) > 2 * ulp) {
