@@ -27,7 +27,7 @@ typedef enum kvp_segment {
 const char *kvp_segment_name(kvp_segment s);
 
 typedef enum kvp_template_kind {
-    KVP_TMPL_NONE = 0,    /* no template: raw text */
+    KVP_TMPL_NONE = 0,    /* no template: raw text (after BOS if the tokenizer adds one) */
     KVP_TMPL_CHATML,      /* <|im_start|>role\n...<|im_end|>\n (SmolLM2 adds a default system turn) */
     KVP_TMPL_QWEN3,       /* ChatML + think blocks; enable_thinking switch */
     KVP_TMPL_GEMMA3,      /* <bos><start_of_turn>user\n...<end_of_turn>\n ... model\n */
@@ -84,6 +84,15 @@ int kvp_chat_prompt(const kvp_tokenizer *t, const kvp_template *tmpl, const kvp_
 int kvp_chat_render(const kvp_tokenizer *t, const kvp_template *tmpl, const kvp_message *msgs, int n_msgs,
                     int add_generation_prompt, kvp_prompt *out, kvp_error *err);
 void kvp_prompt_free(kvp_prompt *p);
+
+/* A prompt from labeled text pieces, without a chat template: the few-shot and cloze formats
+ * of base models ("Question: " scaffold, the question as user content, "\nAnswer:" scaffold).
+ * Starts with BOS when the tokenizer's add_bos_token says so, as raw-text rendering does. */
+typedef struct kvp_piece {
+    const char *text;
+    kvp_segment seg;
+} kvp_piece;
+int kvp_prompt_pieces(const kvp_tokenizer *t, const kvp_piece *pieces, int n, kvp_prompt *out, kvp_error *err);
 
 /* ---- the BLANK donor ------------------------------------------------------------------- */
 

@@ -24,6 +24,8 @@ typedef enum kvp_task_kind {
     KVP_TASK_CODE,       /* the extracted code must pass the tests */
 } kvp_task_kind;
 
+#define KVP_CLOZE_PARTS 5
+
 typedef struct kvp_example {
     char *id;
     char *prompt;       /* user-turn text */
@@ -36,6 +38,11 @@ typedef struct kvp_example {
     char *entry_point;  /* CODE (HumanEval) */
     char *test_code;    /* CODE: Python run after the solution */
     int source_line;    /* 1-based line (or array index) in the source file */
+    /* LABEL / CHOICE: the cloze form for base models (lm-eval style), frame and content
+     * alternating: cloze[0] frame, cloze[1] content, cloze[2] frame, ... up to the first NULL
+     * (ARC: "Question: ", the question, "\nAnswer:"). A candidate continues it with " " and
+     * its label word or option text. The frame is scaffolding; content is user text. */
+    char *cloze[KVP_CLOZE_PARTS];
     char *demo;         /* a reference answer as a model should write it, for few-shot turns
                            (GSM8K: worked solution + "Answer: N"; code: the solution in a
                            ```python block); NULL: the gold answer itself */

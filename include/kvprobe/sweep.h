@@ -34,7 +34,16 @@ typedef enum kvp_readout {
     KVP_READOUT_LOGLIK,      /* the candidate whose continuation (label word, or the option's text)
                                 has the highest summed token log-probability, teacher-forced; the
                                 edit lands before the forward pass that predicts its token W */
+    KVP_READOUT_LOGLIK_NORM, /* the same per byte of the continuation (lm-eval's acc_norm) */
 } kvp_readout;
+
+/* What the model is shown. */
+typedef enum kvp_prompt_format {
+    KVP_FORMAT_INSTRUCT = 0, /* the dataset's instruction as a user turn, in the chat template */
+    KVP_FORMAT_CLOZE,        /* base models, lm-eval style, no chat template: "Question: ...\nAnswer:"
+                                (frame = scaffold, question = user content), read out by log-likelihood
+                                of " " + each candidate; few-shot demos end with the gold candidate */
+} kvp_prompt_format;
 
 typedef struct kvp_sweep_opts {
     const char *model_path;
@@ -64,6 +73,7 @@ typedef struct kvp_sweep_opts {
     kvp_readout readout;        /* label / choice tasks: how the answer is read (see kvp_readout) */
     int shots;                  /* few-shot: this many demonstrations (the dataset's last rows) as
                                    earlier user/assistant turns; 0 = zero-shot */
+    kvp_prompt_format format;   /* instruct (default) or cloze (label / choice datasets, loglik read-outs) */
 } kvp_sweep_opts;
 
 int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err);

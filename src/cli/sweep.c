@@ -19,11 +19,16 @@ static void sweep_usage(FILE *f) {
             "  --max-new-tokens N     generation limit (default: per dataset)\n"
             "  --filler TEXT          BLANK donor filler text\n"
             "  --system TEXT          system message\n"
-            "  --readout text|first-token|loglik   label / multiple-choice scoring: the answer\n"
+            "  --readout text|first-token|loglik|loglik-norm\n"
+            "                         label / multiple-choice scoring: the answer\n"
             "                         extracted from the generated text (default); the candidate whose\n"
             "                         first token has the highest logit at step 0; or the candidate whose\n"
             "                         continuation (label word / option text) has the highest summed\n"
-            "                         log-probability, teacher-forced, edited at its token W\n"
+            "                         log-probability, teacher-forced, edited at its token W;\n"
+            "                         loglik-norm: the same per byte (lm-eval's acc_norm)\n"
+            "  --format instruct|cloze   instruct: the task's instruction as a chat user turn (default);\n"
+            "                         cloze: base-model text 'Question: ...\\nAnswer:' with no chat\n"
+            "                         template (arc, sst2, boolq, choice .jsonl; needs a loglik read-out)\n"
             "  --shots K              few-shot: K demonstrations (the dataset's last K rows, never\n"
             "                         evaluated) as earlier user/assistant turns (default 0)\n"
             "  --template NAME        chat template override\n"
@@ -69,7 +74,7 @@ int cmd_sweep(int argc, char **argv) {
                     !strcmp(a, "--layers") || !strcmp(a, "--steps") || !strcmp(a, "--span") || !strcmp(a, "--max-new-tokens") ||
                     !strcmp(a, "--filler") || !strcmp(a, "--system") || !strcmp(a, "--template") || !strcmp(a, "--data-dir") ||
                     !strcmp(a, "--seed") || !strcmp(a, "--out") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
-                    !strcmp(a, "--shots");
+                    !strcmp(a, "--shots") || !strcmp(a, "--readout") || !strcmp(a, "--format");
         if (takes && !v) {
             fprintf(stderr, "kvprobe sweep: %s needs a value\n", a);
             return 1;
@@ -87,9 +92,6 @@ int cmd_sweep(int argc, char **argv) {
         else if (!strcmp(a, "--skip-bad-rows")) o.skip_bad_rows = 1;
         else if (!strcmp(a, "--unbatched")) o.unbatched = 1;
         else if (!strcmp(a, "--exact")) o.exact = 1;
-        else if (!strcmp(a, "--readout") && v && !strcmp(v, "first-token")) o.readout = KVP_READOUT_FIRST_TOKEN, i++;
-        else if (!strcmp(a, "--readout") && v && !strcmp(v, "loglik")) o.readout = KVP_READOUT_LOGLIK, i++;
-        else if (!strcmp(a, "--readout") && v && !strcmp(v, "text")) o.readout = KVP_READOUT_TEXT, i++;
         else if (!strcmp(a, "--prompts-only")) prompts_only = 1;
         else if (!strcmp(a, "--quiet")) o.quiet = 1;
         else if (!strcmp(a, "--seed")) {
@@ -108,6 +110,23 @@ int cmd_sweep(int argc, char **argv) {
             if (strcmp(v, "auto") && parse_list(a, v, o.layers, KVP_SWEEP_MAX_LAYERS, &o.n_layers)) return 1;
         } else if (!strcmp(a, "--steps")) {
             if (parse_list(a, v, o.steps, KVP_SWEEP_MAX_STEPS, &o.n_steps)) return 1;
+        } else if (!strcmp(a, "--readout")) {
+            static const struct { const char *name; kvp_readout ro; } ros[] = {
+                {"text", KVP_READOUT_TEXT}, {"first-token", KVP_READOUT_FIRST_TOKEN},
+                {"loglik", KVP_READOUT_LOGLIK}, {"loglik-norm", KVP_READOUT_LOGLIK_NORM}};
+            int k = 0;
+            while (k < 4 && strcmp(v, ros[k].name)) k++;
+            if (k == 4) {
+                fprintf(stderr, "kvprobe sweep: --readout is text, first-token, loglik or loglik-norm, not '%s'\n", v);
+                return 1;
+            }
+            o.readout = ros[k].ro;
+        } else if (!strcmp(a, "--format")) {
+            if (strcmp(v, "instruct") && strcmp(v, "cloze")) {
+                fprintf(stderr, "kvprobe sweep: --format is instruct or cloze, not '%s'\n", v);
+                return 1;
+            }
+            o.format = !strcmp(v, "cloze") ? KVP_FORMAT_CLOZE : KVP_FORMAT_INSTRUCT;
         } else if (!strcmp(a, "--span")) {
             if (kvp_span_from_name(v, &o.span)) {
                 fprintf(stderr, "kvprobe sweep: --span is all-prompt, user-content or scaffold, not '%s'\n", v);

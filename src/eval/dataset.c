@@ -69,6 +69,7 @@ static void free_example(kvp_example *e) {
     free(e->entry_point);
     free(e->test_code);
     free(e->demo);
+    for (int i = 0; i < KVP_CLOZE_PARTS; i++) free(e->cloze[i]);
     for (int i = 0; e->choices && i < e->n_choices; i++) free(e->choices[i]);
     free(e->choices);
 }
@@ -118,6 +119,12 @@ static char *choice_prompt(const char *question, const char *const *texts, int n
                              "Question: %s\n", question);
     for (int i = 0; i < n; i++) k += snprintf(s + k, cap - (size_t)k, "%c. %s\n", 'A' + i, texts[i]);
     return s;
+}
+
+/* The cloze form: frame, content, frame, ... (NULL ends the list). */
+static void set_cloze(kvp_example *e, const char *f0, const char *c1, const char *f2, const char *c3, const char *f4) {
+    const char *parts[KVP_CLOZE_PARTS] = {f0, c1, f2, c3, f4};
+    for (int i = 0; i < KVP_CLOZE_PARTS && parts[i]; i++) e->cloze[i] = xstrdup(parts[i]);
 }
 
 /* ---- loaders ------------------------------------------------------------------------------ */
@@ -190,6 +197,7 @@ static int load_sst2(builder *b, char *buf) {
         e->answer = xstrdup(lab ? "positive" : "negative");
         e->prompt = fmt("Is the sentiment of this movie review sentence positive or negative? Answer with one word: "
                         "positive or negative.\n\nSentence: %s", l);
+        set_cloze(e, "", l, "\nQuestion: Is this sentence positive or negative?\nAnswer:", NULL, NULL);
         e->source_line = line;
     }
     return 0;
@@ -262,6 +270,9 @@ static int load_boolq_file(builder *b, const char *path) {
         e->labels = xstrdup("yes|no");
         e->answer = xstrdup(yes ? "yes" : "no");
         e->prompt = fmt("%s\n\nQuestion: %s?\nAnswer with one word: yes or no.", f[4], f[1]);
+        char *q = fmt("%s?", f[1]);
+        set_cloze(e, "", f[4], "\nQuestion: ", q, "\nAnswer:");
+        free(q);
         e->source_line = at;
     }
     free(buf);
@@ -297,6 +308,7 @@ static int load_arc(builder *b, char *buf, const char *name) {
         set_choices(e, texts, n);
         e->answer = fmt("%c", 'A' + gold);
         e->prompt = choice_prompt(stem, texts, n);
+        set_cloze(e, "Question: ", stem, "\nAnswer:", NULL, NULL);
         e->source_line = line;
         cJSON_Delete(j);
     }
@@ -453,6 +465,7 @@ static int load_user(builder *b, char *buf) {
                 set_choices(e, texts, n);
                 e->answer = fmt("%c", 'A' + gold);
                 e->prompt = choice_prompt(question, texts, n);
+                set_cloze(e, "Question: ", question, "\nAnswer:", NULL, NULL);
                 e->source_line = line;
             }
         } else {

@@ -56,8 +56,16 @@ static double kl_logits(const float *p_logits, const float *q_logits, int n) {
 }
 
 static const char *readout_name(kvp_readout ro) {
-    return ro == KVP_READOUT_LOGLIK ? "loglik" : ro == KVP_READOUT_FIRST_TOKEN ? "first-token" : "text";
+    return ro == KVP_READOUT_LOGLIK        ? "loglik"
+           : ro == KVP_READOUT_LOGLIK_NORM ? "loglik-norm"
+           : ro == KVP_READOUT_FIRST_TOKEN ? "first-token"
+                                           : "text";
 }
+
+static int is_loglik(kvp_readout ro) { return ro == KVP_READOUT_LOGLIK || ro == KVP_READOUT_LOGLIK_NORM; }
+
+/* Raw text (no chat template) starts with BOS when the tokenizer adds one (kvp_prompt_pieces). */
+static int raw_bos(const kvp_tokenizer *t) { return kvp_tokenizer_bos(t) >= 0 && kvp_tokenizer_add_bos(t); }
 
 /* ---- run state --------------------------------------------------------------------------- */
 
@@ -88,6 +96,7 @@ typedef struct run_ctx {
     int cand_nv[KVP_MAX_CAND];
     int32_t *cont[KVP_MAX_CAND];
     int n_cont[KVP_MAX_CAND];
+    size_t cont_bytes[KVP_MAX_CAND]; /* loglik-norm divides by the continuation's length in bytes */
     /* scores of this example's distinct outputs: cells often repeat the clean text, and a code
      * score costs a sandboxed Python run */
     const kvp_example *scored_ex;
@@ -204,6 +213,8 @@ static int check_config(run_ctx *r, const char *dir) {
     cJSON_AddStringToObject(c, "activations", o->exact ? "f32" : "q8");
     if (o->shots) cJSON_AddNumberToObject(c, "shots", o->shots);
     if (o->readout) cJSON_AddStringToObject(c, "readout", readout_name(o->readout));
+    if (o->format == KVP_FORMAT_CLOZE) cJSON_AddStringToObject(c, "format", "cloze");
+    if (r->tmpl.kind == KVP_TMPL_NONE && raw_bos(r->tok)) cJSON_AddBoolToObject(c, "bos", 1);
     char *text = cJSON_Print(c);
     cJSON_Delete(c);
     char path[4096];
@@ -254,10 +265,16 @@ static int readout_candidates(run_ctx *r, const kvp_example *ex) {
             if (n > 0 && !dup) r->cand_tok[c][r->cand_nv[c]++] = ids[0];
             free(ids);
         }
-        if (r->o->readout == KVP_READOUT_LOGLIK) { /* continuation: the label word, or the option's text */
-            const char *text = ex->kind != KVP_TASK_CHOICE ? r->cand[c] : ex->choices ? ex->choices[c] : NULL;
+        if (is_loglik(r->o->readout)) { /* continuation: the label word, or the option's text */
+            const char *cand = ex->kind != KVP_TASK_CHOICE ? r->cand[c] : ex->choices ? ex->choices[c] : NULL;
+            char *text = cand ? malloc(strlen(cand) + 2) : NULL;
             if (!text) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
-            if (kvp_tokenize(r->tok, text, strlen(text), 0, 0, &r->cont[c], &r->n_cont[c], r->err)) return r->err->code;
+            /* cloze: the answer follows "Answer:" after a space, as in the demonstrations */
+            sprintf(text, "%s%s", r->o->format == KVP_FORMAT_CLOZE ? " " : "", cand);
+            r->cont_bytes[c] = strlen(text);
+            int rc = kvp_tokenize(r->tok, text, strlen(text), 0, 0, &r->cont[c], &r->n_cont[c], r->err);
+            free(text);
+            if (rc) return rc;
             if (r->n_cont[c] == 0) return kvp_fail(r->err, KVP_E_INVALID, "example %s: candidate %s has no tokens", ex->id, r->cand[c]);
             if (r->n_cont[c] > KVP_LOGLIK_MAX_TOKENS) r->n_cont[c] = KVP_LOGLIK_MAX_TOKENS;
         }
@@ -421,9 +438,43 @@ static void free_state(example_state *s) {
     for (int c = 0; c < KVP_MAX_CAND; c++) kvp_kv_free(s->cont_kv[c]), free(s->cont_lp[c]);
 }
 
+/* The cloze prompt: optional system text, each demonstration's cloze text followed by " " and
+ * its gold candidate, then the example's cloze text. Frames are scaffolding. */
+static int cloze_prompt(run_ctx *r, const kvp_example *ex, kvp_prompt *p) {
+    int nd = r->ds.n_demos, n = 0, n_owned = 0;
+    int cap = (nd + 1) * (KVP_CLOZE_PARTS + 2) + 2;
+    kvp_piece *pc = calloc((size_t)cap, sizeof *pc);
+    char **owned = calloc((size_t)nd + 1, sizeof *owned);
+    int rc = pc && owned ? 0 : kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    if (!rc && r->o->system) pc[n++] = (kvp_piece){r->o->system, KVP_SEG_SYSTEM}, pc[n++] = (kvp_piece){"\n\n", KVP_SEG_SCAFFOLD};
+    for (int i = 0; i <= nd && !rc; i++) {
+        const kvp_example *e = i < nd ? &r->ds.demos[i] : ex;
+        for (int k = 0; k < KVP_CLOZE_PARTS && e->cloze[k]; k++)
+            pc[n++] = (kvp_piece){e->cloze[k], k & 1 ? KVP_SEG_USER : KVP_SEG_SCAFFOLD};
+        if (i == nd) break;
+        int g = e->kind == KVP_TASK_CHOICE ? e->answer[0] - 'A' : -1;
+        const char *gold = g < 0 ? e->answer : g < e->n_choices ? e->choices[g] : NULL;
+        char *a = gold ? malloc(strlen(gold) + 2) : NULL;
+        if (!a) {
+            rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+            break;
+        }
+        sprintf(a, " %s", gold);
+        owned[n_owned++] = a;
+        pc[n++] = (kvp_piece){a, KVP_SEG_ASSISTANT};
+        pc[n++] = (kvp_piece){"\n\n", KVP_SEG_SCAFFOLD};
+    }
+    if (!rc) rc = kvp_prompt_pieces(r->tok, pc, n, p, r->err);
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    free(owned);
+    free(pc);
+    return rc;
+}
+
 /* The prompt: optional system turn, the few-shot demonstrations as user/assistant turns, then
  * the example's user turn. Without a chat template, turns are separated by blank lines. */
 static int user_prompt(run_ctx *r, const kvp_example *ex, kvp_prompt *p) {
+    if (r->o->format == KVP_FORMAT_CLOZE) return cloze_prompt(r, ex, p);
     int nd = r->ds.n_demos, n = 0, raw = r->tmpl.kind == KVP_TMPL_NONE, rc;
     kvp_message *msgs = calloc((size_t)(2 * nd + 2), sizeof *msgs);
     char **owned = calloc((size_t)(2 * nd + 1), sizeof *owned);
@@ -580,10 +631,14 @@ static int force_continuation(run_ctx *r, const example_state *s, kvp_kv *kv, in
     return rc;
 }
 
-static int best_candidate(const double *lp, int n) {
+/* The candidate with the highest log-probability, or per byte for loglik-norm (ties: the first). */
+static int best_candidate(const run_ctx *r, const double *lp) {
     int best = -1;
-    for (int c = 0; c < n; c++)
-        if (best < 0 || lp[c] > lp[best]) best = c;
+    double bs = -INFINITY;
+    for (int c = 0; c < r->n_cand; c++) {
+        double v = r->o->readout == KVP_READOUT_LOGLIK_NORM ? lp[c] / (double)r->cont_bytes[c] : lp[c];
+        if (best < 0 || v > bs) best = c, bs = v;
+    }
     return best;
 }
 
@@ -596,7 +651,7 @@ static int loglik_clean(run_ctx *r, example_state *s) {
         s->clean_lp[c] = 0;
         for (int j = 0; j < r->n_cont[c]; j++) s->clean_lp[c] += s->cont_lp[c][j];
     }
-    s->clean_readout = best_candidate(s->clean_lp, r->n_cand);
+    s->clean_readout = best_candidate(r, s->clean_lp);
     return 0;
 }
 
@@ -616,7 +671,7 @@ static int loglik_cell(run_ctx *r, const example_state *s, const kvp_splice *sp,
         cand_lp[c] = 0;
         for (int j = 0; j < r->n_cont[c]; j++) cand_lp[c] += j < W ? s->cont_lp[c][j] : lp[j];
     }
-    *pick = best_candidate(cand_lp, r->n_cand);
+    *pick = best_candidate(r, cand_lp);
     return 0;
 }
 
@@ -671,7 +726,7 @@ static int decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cel
             int fd;
             agreement(s, c, &ag, &fd);
             rc = write_record(r, ex, kvp_condition_name(c->cond), c->L, c->W, c->tok, c->n_tok, c->eog, 1, c->kl_sum,
-                              c->kl_n, ag, fd, n, c->readout, r->o->readout == KVP_READOUT_LOGLIK ? c->cand_lp : NULL,
+                              c->kl_n, ag, fd, n, c->readout, is_loglik(r->o->readout) ? c->cand_lp : NULL,
                               now_s() - c->t0);
             kvp_kv_free(c->kv);
             c->kv = NULL;
@@ -705,7 +760,7 @@ static int run_example(run_ctx *r, int ei) {
     double t0 = now_s();
     if (user_prompt(r, ex, &s.prompt)) return kvp_wrap(r->err, "example %s", ex->id);
     int n = s.prompt.n, n_gen = r->max_new;
-    if (r->o->readout == KVP_READOUT_LOGLIK && n_gen < KVP_LOGLIK_MAX_TOKENS) n_gen = KVP_LOGLIK_MAX_TOKENS;
+    if (is_loglik(r->o->readout) && n_gen < KVP_LOGLIK_MAX_TOKENS) n_gen = KVP_LOGLIK_MAX_TOKENS;
     int n_ctx = n + n_gen + 1;
     if (n < 2) {
         free_state(&s);
@@ -731,7 +786,7 @@ static int run_example(run_ctx *r, int ei) {
         goto fail;
     if (clean_decode(r, &s, max_step(r) + r->kl_steps)) goto fail;
     if (r->o->readout && readout_candidates(r, ex)) goto fail;
-    const int loglik = r->o->readout == KVP_READOUT_LOGLIK;
+    const int loglik = is_loglik(r->o->readout);
     if (loglik ? loglik_clean(r, &s) : (s.clean_readout = readout(r, s.clean_logits), 0)) goto fail;
     if (!is_done(r, ex->id, clean_name, r->hp->n_layer, 0) &&
         (rc = write_record(r, ex, clean_name, r->hp->n_layer, 0, s.clean_tok, s.n_clean, s.clean_eog, 0, 0, 0, 1.0, -1,
@@ -845,6 +900,20 @@ static int setup(run_ctx *r) {
             if (r->ds.ex[i].kind != KVP_TASK_LABEL && r->ds.ex[i].kind != KVP_TASK_CHOICE)
                 return kvp_fail(err, KVP_E_INVALID, "--readout %s needs a label or multiple-choice dataset (%s is not)",
                                 readout_name(o->readout), r->ds.ex[i].id);
+    if (o->format == KVP_FORMAT_CLOZE) {
+        if (!is_loglik(o->readout))
+            return kvp_fail(err, KVP_E_INVALID, "--format cloze is read out by log-likelihood: add --readout loglik or loglik-norm");
+        if (r->tmpl.kind != KVP_TMPL_NONE && o->template_name)
+            return kvp_fail(err, KVP_E_INVALID, "--format cloze renders raw text: it takes no chat template (--template %s)",
+                            o->template_name);
+        r->tmpl.kind = KVP_TMPL_NONE;
+        for (int i = 0; i < r->ds.n + r->ds.n_demos; i++) {
+            const kvp_example *e = i < r->ds.n ? &r->ds.ex[i] : &r->ds.demos[i - r->ds.n];
+            if (!e->cloze[0])
+                return kvp_fail(err, KVP_E_INVALID, "--format cloze: %s has no cloze form (arc-easy, arc-challenge, sst2, "
+                                "boolq and multiple-choice .jsonl rows have one)", e->id);
+        }
+    }
     r->kl_steps = o->kl_steps > 0 ? o->kl_steps : 8;
     if (o->n_conds) {
         memcpy(r->conds, o->conds, (size_t)o->n_conds * sizeof *r->conds);

@@ -132,6 +132,15 @@ static void put(out_buf *o, const char *s, size_t n, kvp_segment seg) {
 
 static void puts_seg(out_buf *o, const char *s, kvp_segment seg) { put(o, s, strlen(s), seg); }
 
+/* Raw text (no template) starts with BOS where the tokenizer's add_bos_token asks for it, as
+ * HF's tokenizer(text) and llama.cpp do: Gemma without BOS is a different, much worse model. */
+static void put_bos(out_buf *o, const kvp_tokenizer *t) {
+    int32_t bos = kvp_tokenizer_bos(t);
+    size_t n = 0;
+    const char *text = bos >= 0 && kvp_tokenizer_add_bos(t) ? kvp_token_text(t, bos, &n) : NULL;
+    if (text) put(o, text, n, KVP_SEG_SCAFFOLD);
+}
+
 /* A string view over message content. */
 typedef struct view {
     const char *p;
@@ -336,13 +345,13 @@ int kvp_chat_render(const kvp_tokenizer *t, const kvp_template *tm, const kvp_me
     out_buf o = {0};
     int rc = 0;
     if (!c) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
-    (void)t;
     for (int i = 0; i < n && !rc; i++)
         if (kvp_utf8_clean(m[i].content, strlen(m[i].content), &c[i].p, &c[i].n, NULL))
             rc = kvp_fail(err, KVP_E_NOMEM, "out of memory");
     if (!rc) {
         switch (tm->kind) {
         case KVP_TMPL_NONE:
+            put_bos(&o, t);
             for (int i = 0; i < n; i++) put(&o, c[i].p, c[i].n, role_seg(m[i].role));
             break;
         case KVP_TMPL_CHATML: render_chatml(&o, tm, m, c, n, gen); break;
@@ -408,9 +417,8 @@ static int normalized_labels(const kvp_tokenizer *t, const kvp_prompt *p, const 
     return 0;
 }
 
-int kvp_chat_prompt(const kvp_tokenizer *t, const kvp_template *tm, const kvp_message *m, int n, int gen,
-                    kvp_prompt *out, kvp_error *err) {
-    if (kvp_chat_render(t, tm, m, n, gen, out, err)) return err->code;
+/* Tokenize a rendered prompt (scaffold bytes may spell special tokens) and label each token. */
+static int tokenize_rendered(const kvp_tokenizer *t, kvp_prompt *out, kvp_error *err) {
     uint8_t *mask = malloc(out->len + 1), *lab = NULL;
     if (!mask) {
         kvp_prompt_free(out);
@@ -450,6 +458,43 @@ int kvp_chat_prompt(const kvp_tokenizer *t, const kvp_template *tm, const kvp_me
     }
     free(lab);
     return 0;
+}
+
+int kvp_chat_prompt(const kvp_tokenizer *t, const kvp_template *tm, const kvp_message *m, int n, int gen,
+                    kvp_prompt *out, kvp_error *err) {
+    if (kvp_chat_render(t, tm, m, n, gen, out, err)) return err->code;
+    return tokenize_rendered(t, out, err);
+}
+
+int kvp_prompt_pieces(const kvp_tokenizer *t, const kvp_piece *pieces, int n, kvp_prompt *out, kvp_error *err) {
+    memset(out, 0, sizeof *out);
+    out_buf o = {0};
+    put_bos(&o, t);
+    for (int i = 0; i < n; i++) {
+        if (!pieces[i].text || pieces[i].seg > KVP_SEG_ASSISTANT) {
+            free(o.text);
+            free(o.seg);
+            return kvp_fail(err, KVP_E_INVALID, "prompt piece %d: no text or an unknown segment", i);
+        }
+        char *clean;
+        size_t len;
+        if (kvp_utf8_clean(pieces[i].text, strlen(pieces[i].text), &clean, &len, NULL)) {
+            o.oom = 1;
+            break;
+        }
+        put(&o, clean, len, pieces[i].seg);
+        free(clean);
+    }
+    if (!o.oom && !o.text) o.text = calloc(1, 1), o.seg = calloc(1, 1), o.oom = !o.text || !o.seg;
+    if (o.oom) {
+        free(o.text);
+        free(o.seg);
+        return kvp_fail(err, KVP_E_NOMEM, "out of memory");
+    }
+    out->text = o.text;
+    out->len = o.len;
+    out->byte_seg = o.seg;
+    return tokenize_rendered(t, out, err);
 }
 
 void kvp_prompt_free(kvp_prompt *p) {

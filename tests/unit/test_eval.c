@@ -71,6 +71,37 @@ int main(void) {
         CHECK(kvp_dataset_load_shots("gsm8k:1318", NULL, 0, 2, &d, &err) != 0 && strstr(err.msg, "need"), "too many rows: %s", err.msg);
         kvp_dataset_free(&all);
     }
+    TEST("cloze forms: frame and content alternate (arc, sst2, boolq, choice jsonl); others have none") {
+        kvp_dataset d;
+        CHECK(kvp_dataset_load("arc-easy:1", NULL, 0, &d, &err) == 0, "%s", err.msg);
+        const kvp_example *e = &d.ex[0];
+        CHECK(!strcmp(e->cloze[0], "Question: ") && !strcmp(e->cloze[2], "\nAnswer:") && !e->cloze[3] &&
+                  strstr(e->prompt, e->cloze[1]) && strstr(e->cloze[1], "photosynthesis") && !strchr(e->cloze[1], '\n'),
+              "arc cloze: '%s' '%s' '%s'", e->cloze[0], e->cloze[1], e->cloze[2]);
+        kvp_dataset_free(&d);
+        CHECK(kvp_dataset_load("sst2:1", NULL, 0, &d, &err) == 0, "%s", err.msg);
+        e = &d.ex[0];
+        CHECK(!strcmp(e->cloze[0], "") && strstr(e->prompt, e->cloze[1]) && *e->cloze[1] &&
+                  !strcmp(e->cloze[2], "\nQuestion: Is this sentence positive or negative?\nAnswer:") && !e->cloze[3],
+              "sst2 cloze");
+        kvp_dataset_free(&d);
+        CHECK(kvp_dataset_load("boolq:1", NULL, 0, &d, &err) == 0, "%s", err.msg);
+        e = &d.ex[0];
+        size_t ql = e->cloze[3] ? strlen(e->cloze[3]) : 0;
+        CHECK(!strcmp(e->cloze[0], "") && strstr(e->prompt, e->cloze[1]) && !strcmp(e->cloze[2], "\nQuestion: ") && ql > 1 &&
+                  e->cloze[3][ql - 1] == '?' && !strcmp(e->cloze[4], "\nAnswer:"),
+              "boolq cloze");
+        kvp_dataset_free(&d);
+        CHECK(kvp_dataset_load("gsm8k:1", NULL, 0, &d, &err) == 0 && !d.ex[0].cloze[0], "gsm8k has no cloze form");
+        kvp_dataset_free(&d);
+        const char *p = "/tmp/kvprobe-test-cloze.jsonl";
+        write_tmp(p, "{\"id\": 1, \"question\": \"Sky?\", \"choices\": [\"red\", \"blue\"], \"answer\": 1}\n");
+        CHECK(kvp_dataset_load(p, NULL, 0, &d, &err) == 0 && d.n == 1 && !strcmp(d.ex[0].cloze[1], "Sky?") &&
+                  !strcmp(d.ex[0].cloze[0], "Question: "),
+              "jsonl cloze");
+        kvp_dataset_free(&d);
+        unlink(p);
+    }
     TEST("user jsonl: exact, numeric and multiple choice rows") {
         const char *p = "/tmp/kvprobe-test-user.jsonl";
         write_tmp(p, "{\"id\": \"a\", \"prompt\": \"2+2?\", \"answer\": \"4\"}\n"

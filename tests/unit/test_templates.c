@@ -222,6 +222,68 @@ int main(void) {
         kvp_tokenizer_free(t);
         gguf_close(g);
     }
+    TEST("templates: raw text and labeled pieces start with BOS exactly when add_bos_token is set") {
+        static const struct {
+            const char *model;
+            int bos;
+        } models[] = {{"models/gemma-3-270m-q4_k_m.gguf", 1}, {"models/SmolLM2-135M-Instruct.Q4_1.gguf", 0}};
+        for (int k = 0; k < 2; k++) {
+            kvp_error err = {0};
+            gguf_file *g = gguf_open(models[k].model, &err);
+            kvp_tokenizer *t = g ? kvp_tokenizer_load(g, &err) : NULL;
+            CHECK(t && kvp_tokenizer_add_bos(t) == models[k].bos, "%s: %s", models[k].model, err.msg);
+            if (!t) {
+                gguf_close(g);
+                continue;
+            }
+            /* The cloze frame is scaffolding; the question is user content; the answer is the assistant's. */
+            kvp_piece pc[] = {{"Question: ", KVP_SEG_SCAFFOLD},
+                              {"Which gas do plants absorb?", KVP_SEG_USER},
+                              {"\nAnswer:", KVP_SEG_SCAFFOLD},
+                              {" carbon dioxide", KVP_SEG_ASSISTANT},
+                              {"\n\n<bos>", KVP_SEG_USER}};
+            kvp_prompt p, raw;
+            const char *want_text = "Question: Which gas do plants absorb?\nAnswer: carbon dioxide\n\n<bos>";
+            CHECK(!kvp_prompt_pieces(t, pc, 5, &p, &err), "%s", err.msg);
+            kvp_template none;
+            kvp_template_init(&none);
+            kvp_message m[1] = {{"user", want_text}};
+            CHECK(!kvp_chat_prompt(t, &none, m, 1, 0, &raw, &err), "%s", err.msg);
+            int32_t bos = kvp_tokenizer_bos(t);
+            size_t bl = 0;
+            const char *bos_text = kvp_token_text(t, bos, &bl);
+            size_t off = models[k].bos ? bl : 0;
+            CHECK(p.len == off + strlen(want_text) && !memcmp(p.text + off, want_text, strlen(want_text)), "text '%s'", p.text);
+            CHECK(!models[k].bos || !memcmp(p.text, bos_text, bl), "BOS text");
+            CHECK((p.n > 0 && p.ids[0] == bos) == models[k].bos && (raw.n > 0 && raw.ids[0] == bos) == models[k].bos,
+                  "%s: first ids %d / %d, bos %d", models[k].model, p.ids[0], raw.ids[0], bos);
+            /* '<bos>' written in user content stays text: only BOS itself is a control token */
+            int n_bos = 0;
+            for (int i = 0; i < p.n; i++) n_bos += p.ids[i] == bos;
+            CHECK(n_bos == models[k].bos, "%d BOS tokens", n_bos);
+            char seg[128] = {0};
+            for (int i = 0; i < p.n && i < 127; i++) seg[i] = "syua"[p.seg[i]];
+            /* the labels by token: frame scaffold, question user, " carbon dioxide" assistant */
+            int first_a = (int)(strchr(seg, 'a') - seg), first_u = (int)(strchr(seg, 'u') - seg);
+            CHECK(strchr(seg, 'a') && strchr(seg, 'u') && first_u < first_a, "segments %s", seg);
+            for (int i = 0; i < p.n; i++) {
+                char piece[64];
+                size_t n = kvp_token_to_bytes(t, p.ids[i], 1, piece, sizeof piece - 1);
+                piece[n < sizeof piece ? n : sizeof piece - 1] = 0;
+                if (!strcmp(piece, "Question") || !strcmp(piece, "Answer") || !strcmp(piece, ":"))
+                    CHECK(p.seg[i] == KVP_SEG_SCAFFOLD, "'%s' labeled %s", piece, seg);
+                if (strstr(piece, "plants")) CHECK(p.seg[i] == KVP_SEG_USER, "'%s' labeled %s", piece, seg);
+                if (strstr(piece, "carbon")) CHECK(p.seg[i] == KVP_SEG_ASSISTANT, "'%s' labeled %s", piece, seg);
+            }
+            kvp_piece bad = {NULL, KVP_SEG_USER};
+            kvp_prompt q;
+            CHECK(kvp_prompt_pieces(t, &bad, 1, &q, &err) == KVP_E_INVALID, "a piece without text is refused");
+            kvp_prompt_free(&p);
+            kvp_prompt_free(&raw);
+            kvp_tokenizer_free(t);
+            gguf_close(g);
+        }
+    }
     for (int i = 0; i < n_conv; i++) cJSON_Delete(convs[i]);
     free(convs);
     return harness_finish();
