@@ -1,14 +1,86 @@
 """Markdown tables for docs/results.md from a sweep directory's summary.csv (written by
 `kvprobe sweep` / `kvprobe report`): per condition, accuracy (n correct / n) over L x W, and
-mean KL(clean || edited) over the first 8 steps after the edit, and token agreement.
+mean KL(clean || edited) over the first 8 steps after the edit, and token agreement. From
+results.jsonl(.gz): with a log-likelihood read-out, the mean change of the gold option's
+log-probability against the clean run; and, for every (L, W), BLANK
+against ZERO paired on the same examples (discordant counts, exact two-sided McNemar p).
 
   python3 tools/results_tables.py DIR [DIR...]      (standard library only)
 """
 import csv
+import gzip
 import json
+import math
 import os
 import sys
 from collections import defaultdict
+
+
+def records(d):
+    for name, opener in (("results.jsonl", open), ("results.jsonl.gz", gzip.open)):
+        path = os.path.join(d, name)
+        if os.path.exists(path):
+            with opener(path, "rt") as f:
+                return [json.loads(line) for line in f if line.strip()]
+    return []
+
+
+def mcnemar_p(b, c):
+    """Exact two-sided McNemar test: binomial(b + c, 1/2) on the discordant pairs."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired_and_margins(d, run):
+    recs = records(d)
+    if not recs:
+        return []
+    cell = defaultdict(dict)  # (cond, L, W) -> example -> record
+    for r in recs:
+        cell[(r["condition"], r["L"], r["W"])][r["example_id"]] = r
+    out = []
+    keys = sorted({(L, W) for (c, L, W) in cell if c != "clean"})
+    if run.get("readout") in ("loglik", "loglik-norm"):
+        clean = next((v for (c, _, _), v in cell.items() if c == "clean"), {})
+
+        def delta(r):  # the gold option's log-probability in this cell minus in the clean run
+            lp, c = r.get("logprobs") or {}, clean.get(r["example_id"], {}).get("logprobs") or {}
+            return lp[r["gold"]] - c[r["gold"]] if r["gold"] in lp and r["gold"] in c else None
+
+        out += ["**mean change of the gold option's log-probability vs clean, nats** (0 = untouched; the "
+                "read-out compares options, so a uniform drop need not change the answer):", ""]
+        conds = [c for c in run["conditions"] if c != "clean"]
+        Ws = sorted({W for _, W in keys})
+        out += ["| condition | L | " + " | ".join(f"W={w}" for w in Ws) + " |", "|---|---|" + "---|" * len(Ws)]
+        for c in conds:
+            for L in sorted({L for L, _ in keys}):
+                vals = []
+                for W in Ws:
+                    ds = [delta(r) for r in cell.get((c, L, W), {}).values()]
+                    ds = [x for x in ds if x is not None]
+                    vals.append(f"{sum(ds) / len(ds):.2f}" if ds else "–")
+                out.append(f"| {c} | {L} | " + " | ".join(vals) + " |")
+        out.append("")
+    if any(c == "blank" for c, _, _ in cell) and any(c == "zero" for c, _, _ in cell):
+        out += ["**BLANK vs ZERO, paired on the same examples**: blank right & zero wrong / blank wrong & "
+                "zero right, exact McNemar p:", ""]
+        Ws = sorted({W for _, W in keys})
+        out += ["| L | " + " | ".join(f"W={w}" for w in Ws) + " |", "|---|" + "---|" * len(Ws)]
+        for L in sorted({L for L, _ in keys}):
+            vals = []
+            for W in Ws:
+                bl, ze = cell.get(("blank", L, W), {}), cell.get(("zero", L, W), {})
+                common = bl.keys() & ze.keys()
+                b = sum(1 for e in common if bl[e]["score"] and not ze[e]["score"])
+                c = sum(1 for e in common if ze[e]["score"] and not bl[e]["score"])
+                vals.append(f"{b} / {c}, p = {mcnemar_p(b, c):.2g}" if common else "–")
+            out.append(f"| {L} | " + " | ".join(vals) + " |")
+        out.append("")
+    return out
 
 
 def tables(d):
@@ -47,6 +119,7 @@ def tables(d):
                         cells.append(fmt.format(float(r[metric])))
                 out.append(f"| {c} | {L} | " + " | ".join(cells) + " |")
         out.append("")
+    out += paired_and_margins(d, run)
     return "\n".join(out)
 
 

@@ -276,7 +276,11 @@ static int readout_candidates(run_ctx *r, const kvp_example *ex) {
             free(text);
             if (rc) return rc;
             if (r->n_cont[c] == 0) return kvp_fail(r->err, KVP_E_INVALID, "example %s: candidate %s has no tokens", ex->id, r->cand[c]);
-            if (r->n_cont[c] > KVP_LOGLIK_MAX_TOKENS) r->n_cont[c] = KVP_LOGLIK_MAX_TOKENS;
+            if (r->n_cont[c] > KVP_LOGLIK_MAX_TOKENS) { /* scored on its first tokens: normalize by their bytes */
+                r->n_cont[c] = KVP_LOGLIK_MAX_TOKENS;
+                r->cont_bytes[c] = 0;
+                for (int j = 0; j < r->n_cont[c]; j++) r->cont_bytes[c] += kvp_token_to_bytes(r->tok, r->cont[c][j], 0, NULL, 0);
+            }
         }
     }
     return 0;
