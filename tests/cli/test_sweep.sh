@@ -152,3 +152,30 @@ printf '{"id": "x", "prompt": "2+2?", "answer": "4"}\n{broken\n' > "$tmp/bad.jso
 if ! "$KVPROBE" sweep -m "$SMOL" --dataset "$tmp/bad.jsonl" --out "$tmp/c" --quiet > "$tmp/bad.log" 2>&1 &&
     grep -q "bad.jsonl:2:" "$tmp/bad.log"; then ok "sweep: a malformed dataset row is reported with file and line"
 else notok "sweep: a malformed dataset row is reported with file and line" "$tmp/bad.log"; fi
+
+# Option values are checked and named.
+if ! "$KVPROBE" sweep -m "$SMOL" --dataset sst2:1 --readout logprob --out "$tmp/o1" > "$tmp/o1.log" 2>&1 &&
+    grep -q "readout is text, first-token, loglik or loglik-norm, not 'logprob'" "$tmp/o1.log" &&
+    ! "$KVPROBE" sweep -m "$SMOL" --dataset sst2:1 --format mmlu --out "$tmp/o2" > "$tmp/o2.log" 2>&1 &&
+    grep -q "format is instruct or cloze, not 'mmlu'" "$tmp/o2.log"; then ok "sweep: a bad --readout / --format value is named"
+else notok "sweep: a bad --readout / --format value is named" "$tmp/o1.log"; fi
+# Cloze prompts: frame = scaffold, example text = user, demo answers = assistant; BOS only where the
+# model adds one (Gemma: yes; SmolLM2: no).
+if "$KVPROBE" sweep -m "$SMOL" --dataset sst2:1 --shots 1 --format cloze --readout loglik --prompts-only > "$tmp/cz.jsonl" 2>"$tmp/cz.log" &&
+    "$KVPROBE" sweep -m models/gemma-3-270m-q4_k_m.gguf --dataset arc-easy:1 --format cloze --readout loglik-norm --prompts-only \
+        > "$tmp/czg.jsonl" 2>>"$tmp/cz.log" &&
+    python3 - "$tmp/cz.jsonl" "$tmp/czg.jsonl" <<'PY'
+import json, sys
+s = json.loads(open(sys.argv[1]).readline())
+assert s["text"].endswith("\nQuestion: Is this sentence positive or negative?\nAnswer:"), s["text"]
+assert s["text"].count("\nQuestion: Is this sentence positive or negative?\nAnswer: ") == 1  # the demo's
+assert not s["text"].startswith("<|"), "SmolLM2 adds no BOS"
+assert s["seg"].startswith("u") and "a" in s["seg"] and s["seg"].endswith("s"), s["seg"]
+g = json.loads(open(sys.argv[2]).readline())
+assert g["text"].startswith("<bos>Question: ") and g["text"].endswith("\nAnswer:") and g["ids"][0] == 2, g["text"]
+assert g["seg"].startswith("sss") and "u" in g["seg"] and "a" not in g["seg"] and g["seg"].endswith("s"), g["seg"]
+# BLANK keeps every scaffold token and replaces user tokens
+assert all(a == b for a, b, sg in zip(g["ids"], g["blank_ids"], g["seg"]) if sg != "u")
+PY
+then ok "sweep --format cloze: prompts, segments, BOS per model, BLANK keeps the frame"
+else notok "sweep --format cloze: prompts, segments, BOS per model, BLANK keeps the frame" "$tmp/cz.log"; fi
