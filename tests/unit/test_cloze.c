@@ -77,6 +77,67 @@ static const cJSON *find(cJSON **recs, int n, const char *id, const char *cond, 
     return NULL;
 }
 
+/* The cloze prompts and clean option log-probabilities of arc-easy:8 against transformers
+ * (tests/golden/cloze/, tools/make_cloze_goldens.py), on the exact (f32 activation) path. */
+static void check_golden(const char *model, const char *golden) {
+    char title[160];
+    snprintf(title, sizeof title, "cloze vs transformers: %s prompt ids and option log-probabilities (exact path)", golden);
+    TEST(title) {
+        kvp_error err = {0};
+        size_t len;
+        char *gtext = kvp_read_file(golden, &len);
+        cJSON *g = gtext ? cJSON_Parse(gtext) : NULL, *gex = cJSON_GetObjectItem(g, "examples");
+        CHECK(cJSON_GetArraySize(gex) == 8, "%s: golden missing or malformed", golden);
+        kvp_sweep_opts o = {.model_path = model, .dataset = "arc-easy:8", .out_dir = DIR "-hf", .threads = 2, .quiet = 1,
+                            .readout = KVP_READOUT_LOGLIK, .format = KVP_FORMAT_CLOZE, .exact = 1,
+                            .conds = {KVP_COND_CLEAN}, .n_conds = 1, .layers = {0}, .n_layers = 1, .steps = {0},
+                            .n_steps = 1, .max_new_tokens = 1, .no_report = 1};
+        system("rm -rf " DIR "-hf");
+        FILE *pf = tmpfile();
+        CHECK(pf && kvp_sweep_prompts(&o, pf, &err) == 0, "prompts: %s", err.msg);
+        CHECK(kvp_sweep_run(&o, &err) == 0, "sweep: %s", err.msg);
+        char *recs = kvp_read_file(DIR "-hf/results.jsonl", &len);
+        double max_diff = 0;
+        int n_opt = 0;
+        char line[1 << 16];
+        if (pf) rewind(pf);
+        for (int i = 0; i < cJSON_GetArraySize(gex) && pf && recs; i++) {
+            const cJSON *ge = cJSON_GetArrayItem(gex, i), *gids = cJSON_GetObjectItem(ge, "prompt_ids");
+            const char *id = cJSON_GetObjectItem(ge, "id")->valuestring;
+            cJSON *p = fgets(line, sizeof line, pf) ? cJSON_Parse(line) : NULL, *ids = cJSON_GetObjectItem(p, "ids");
+            int same = cJSON_GetArraySize(ids) == cJSON_GetArraySize(gids);
+            for (int k = 0; same && k < cJSON_GetArraySize(ids); k++)
+                same = cJSON_GetArrayItem(ids, k)->valueint == cJSON_GetArrayItem(gids, k)->valueint;
+            CHECK(same && !strcmp(cJSON_GetObjectItem(p, "example_id")->valuestring, id), "%s: prompt ids differ", id);
+            cJSON_Delete(p);
+            char key[160];
+            snprintf(key, sizeof key, "\"example_id\":\"%s\"", id);
+            const char *at = strstr(recs, key), *nl = at ? strchr(at, '\n') : NULL, *bol = at;
+            while (bol && bol > recs && bol[-1] != '\n') bol--;
+            char *rline = at && nl ? strndup(bol, (size_t)(nl - bol)) : NULL;
+            cJSON *r = rline ? cJSON_Parse(rline) : NULL, *lp = cJSON_GetObjectItem(r, "logprobs");
+            const cJSON *gopt = cJSON_GetObjectItem(ge, "options");
+            CHECK(cJSON_GetArraySize(lp) == cJSON_GetArraySize(gopt), "%s: %d options recorded", id, cJSON_GetArraySize(lp));
+            for (int k = 0; k < cJSON_GetArraySize(lp) && k < cJSON_GetArraySize(gopt); k++) {
+                double want = cJSON_GetObjectItem(cJSON_GetArrayItem(gopt, k), "logprob")->valuedouble;
+                double d = fabs(cJSON_GetArrayItem(lp, k)->valuedouble - want);
+                max_diff = d > max_diff ? d : max_diff;
+                n_opt++;
+                CHECK(d < 1e-3, "%s option %d: %.5f vs transformers %.5f", id, k, cJSON_GetArrayItem(lp, k)->valuedouble, want);
+            }
+            cJSON_Delete(r);
+            free(rline);
+        }
+        NOTE("%s: %d options, max |logprob - transformers| = %.2g (records round to 1e-4)", golden, n_opt, max_diff);
+        CHECK(n_opt >= 24, "%d options compared", n_opt);
+        if (pf) fclose(pf);
+        free(recs);
+        cJSON_Delete(g);
+        free(gtext);
+        system("rm -rf " DIR "-hf");
+    }
+}
+
 int main(void) {
     kvp_error err = {0};
     system("rm -rf " DIR);
@@ -174,6 +235,8 @@ int main(void) {
         b.readout = KVP_READOUT_LOGLIK;
         CHECK(kvp_sweep_run(&b, &err) != 0, "bbh accepted");
     }
+    check_golden("models/gemma-3-270m-q4_k_m.gguf", "tests/golden/cloze/gemma3-270m.arc-easy.json");
+    check_golden(MODEL, "tests/golden/cloze/smollm2-135m.arc-easy.json");
     for (int i = 0; i < n_rec; i++) cJSON_Delete(recs[i]);
     free(text);
     free(run);
