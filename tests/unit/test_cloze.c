@@ -179,7 +179,7 @@ int main(void) {
     e.NL = kvp_model_hparams(e.m)->n_layer;
 
     for (int i = 0; i < 2 && n_rec; i++) {
-        char prompt[512], id[8], title[128];
+        char prompt[512], id[16], title[128];
         snprintf(prompt, sizeof prompt, "Question: %s\nAnswer: %s\n\nQuestion: %s\nAnswer:", DEMO_Q, DEMO_A, EX[i].q);
         snprintf(id, sizeof id, "q%d", i);
         int32_t *ids = NULL;
