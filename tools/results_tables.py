@@ -89,7 +89,9 @@ def tables(d):
     clean = [r for r in rows if r["condition"] == "clean"][0]
     n = int(clean["n"])
     out = [f"### {os.path.basename(d.rstrip('/'))}: {run['dataset']}, n = {n}, activations {run.get('activations', 'q8')}"
-           + (f", {run['shots']}-shot" if run.get("shots") else ""),
+           + (f", {run['shots']}-shot" if run.get("shots") else "")
+           + (f", {run['format']} format" if run.get("format") else f", template {run['template']}")
+           + (f", read-out {run['readout']}" if run.get("readout") else ", read-out text"),
            "",
            f"CLEAN accuracy {float(clean['accuracy']):.3f} ({round(float(clean['accuracy']) * n)}/{n}, "
            f"95% CI [{float(clean['ci95_low']):.3f}, {float(clean['ci95_high']):.3f}])", ""]
@@ -120,6 +122,9 @@ def tables(d):
                 out.append(f"| {c} | {L} | " + " | ".join(cells) + " |")
         out.append("")
     out += paired_and_margins(d, run)
+    name = os.path.basename(d.rstrip("/"))
+    figs = [f"[heatmap {c}](results/{name}/heatmap_{c}.svg)" for c in run["conditions"] if c != "clean"]
+    out.append("Figures: " + ", ".join(figs) + f", [report](results/{name}/report.html).")
     return "\n".join(out)
 
 
