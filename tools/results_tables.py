@@ -2,8 +2,8 @@
 `kvprobe sweep` / `kvprobe report`): per condition, accuracy (n correct / n) over L x W, and
 mean KL(clean || edited) over the first 8 steps after the edit, and token agreement. From
 results.jsonl(.gz): with a log-likelihood read-out, the mean change of the gold option's
-log-probability against the clean run; and, for every (L, W), BLANK
-against ZERO paired on the same examples (discordant counts, exact two-sided McNemar p).
+log-probability against the clean run; and, for every (L, W), BLANK against ZERO paired on
+the same examples (discordant counts, exact two-sided McNemar p).
 
   python3 tools/results_tables.py DIR [DIR...]      (standard library only)
 """
@@ -35,7 +35,7 @@ def mcnemar_p(b, c):
     return min(1.0, 2 * tail)
 
 
-def paired_and_margins(d, run):
+def record_tables(d, run):
     recs = records(d)
     if not recs:
         return []
@@ -121,7 +121,7 @@ def tables(d):
                         cells.append(fmt.format(float(r[metric])))
                 out.append(f"| {c} | {L} | " + " | ".join(cells) + " |")
         out.append("")
-    out += paired_and_margins(d, run)
+    out += record_tables(d, run)
     name = os.path.basename(d.rstrip("/"))
     figs = [f"[heatmap {c}](results/{name}/heatmap_{c}.svg)" for c in run["conditions"] if c != "clean"]
     out.append("Figures: " + ", ".join(figs) + f", [report](results/{name}/report.html).")

@@ -93,6 +93,8 @@ typedef struct kvp_piece {
     kvp_segment seg;
 } kvp_piece;
 int kvp_prompt_pieces(const kvp_tokenizer *t, const kvp_piece *pieces, int n, kvp_prompt *out, kvp_error *err);
+/* 1 if raw-text prompts (no template, or pieces) start with BOS for this tokenizer. */
+int kvp_raw_bos(const kvp_tokenizer *t);
 
 /* ---- the BLANK donor ------------------------------------------------------------------- */
 

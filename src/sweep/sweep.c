@@ -64,9 +64,6 @@ static const char *readout_name(kvp_readout ro) {
 
 static int is_loglik(kvp_readout ro) { return ro == KVP_READOUT_LOGLIK || ro == KVP_READOUT_LOGLIK_NORM; }
 
-/* Raw text (no chat template) starts with BOS when the tokenizer adds one (kvp_prompt_pieces). */
-static int raw_bos(const kvp_tokenizer *t) { return kvp_tokenizer_bos(t) >= 0 && kvp_tokenizer_add_bos(t); }
-
 /* ---- run state --------------------------------------------------------------------------- */
 
 typedef struct run_ctx {
@@ -214,7 +211,7 @@ static int check_config(run_ctx *r, const char *dir) {
     if (o->shots) cJSON_AddNumberToObject(c, "shots", o->shots);
     if (o->readout) cJSON_AddStringToObject(c, "readout", readout_name(o->readout));
     if (o->format == KVP_FORMAT_CLOZE) cJSON_AddStringToObject(c, "format", "cloze");
-    if (r->tmpl.kind == KVP_TMPL_NONE && raw_bos(r->tok)) cJSON_AddBoolToObject(c, "bos", 1);
+    if (r->tmpl.kind == KVP_TMPL_NONE && kvp_raw_bos(r->tok)) cJSON_AddBoolToObject(c, "bos", 1);
     char *text = cJSON_Print(c);
     cJSON_Delete(c);
     char path[4096];
@@ -445,32 +442,22 @@ static void free_state(example_state *s) {
 /* The cloze prompt: optional system text, each demonstration's cloze text followed by " " and
  * its gold candidate, then the example's cloze text. Frames are scaffolding. */
 static int cloze_prompt(run_ctx *r, const kvp_example *ex, kvp_prompt *p) {
-    int nd = r->ds.n_demos, n = 0, n_owned = 0;
-    int cap = (nd + 1) * (KVP_CLOZE_PARTS + 2) + 2;
-    kvp_piece *pc = calloc((size_t)cap, sizeof *pc);
-    char **owned = calloc((size_t)nd + 1, sizeof *owned);
-    int rc = pc && owned ? 0 : kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
-    if (!rc && r->o->system) pc[n++] = (kvp_piece){r->o->system, KVP_SEG_SYSTEM}, pc[n++] = (kvp_piece){"\n\n", KVP_SEG_SCAFFOLD};
-    for (int i = 0; i <= nd && !rc; i++) {
+    int nd = r->ds.n_demos, n = 0;
+    kvp_piece *pc = calloc((size_t)((nd + 1) * (KVP_CLOZE_PARTS + 3) + 2), sizeof *pc);
+    if (!pc) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    if (r->o->system) pc[n++] = (kvp_piece){r->o->system, KVP_SEG_SYSTEM}, pc[n++] = (kvp_piece){"\n\n", KVP_SEG_SCAFFOLD};
+    for (int i = 0; i <= nd; i++) {
         const kvp_example *e = i < nd ? &r->ds.demos[i] : ex;
         for (int k = 0; k < KVP_CLOZE_PARTS && e->cloze[k]; k++)
             pc[n++] = (kvp_piece){e->cloze[k], k & 1 ? KVP_SEG_USER : KVP_SEG_SCAFFOLD};
         if (i == nd) break;
         int g = e->kind == KVP_TASK_CHOICE ? e->answer[0] - 'A' : -1;
-        const char *gold = g < 0 ? e->answer : g < e->n_choices ? e->choices[g] : NULL;
-        char *a = gold ? malloc(strlen(gold) + 2) : NULL;
-        if (!a) {
-            rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
-            break;
-        }
-        sprintf(a, " %s", gold);
-        owned[n_owned++] = a;
-        pc[n++] = (kvp_piece){a, KVP_SEG_ASSISTANT};
+        const char *gold = g < 0 ? e->answer : g < e->n_choices ? e->choices[g] : NULL; /* NULL: refused by the pieces */
+        pc[n++] = (kvp_piece){" ", KVP_SEG_ASSISTANT};
+        pc[n++] = (kvp_piece){gold, KVP_SEG_ASSISTANT};
         pc[n++] = (kvp_piece){"\n\n", KVP_SEG_SCAFFOLD};
     }
-    if (!rc) rc = kvp_prompt_pieces(r->tok, pc, n, p, r->err);
-    for (int i = 0; i < n_owned; i++) free(owned[i]);
-    free(owned);
+    int rc = kvp_prompt_pieces(r->tok, pc, n, p, r->err);
     free(pc);
     return rc;
 }

@@ -134,11 +134,32 @@ static void puts_seg(out_buf *o, const char *s, kvp_segment seg) { put(o, s, str
 
 /* Raw text (no template) starts with BOS where the tokenizer's add_bos_token asks for it, as
  * HF's tokenizer(text) and llama.cpp do: Gemma without BOS is a different, much worse model. */
+int kvp_raw_bos(const kvp_tokenizer *t) { return kvp_tokenizer_bos(t) >= 0 && kvp_tokenizer_add_bos(t); }
+
 static void put_bos(out_buf *o, const kvp_tokenizer *t) {
-    int32_t bos = kvp_tokenizer_bos(t);
     size_t n = 0;
-    const char *text = bos >= 0 && kvp_tokenizer_add_bos(t) ? kvp_token_text(t, bos, &n) : NULL;
+    const char *text = kvp_raw_bos(t) ? kvp_token_text(t, kvp_tokenizer_bos(t), &n) : NULL;
     if (text) put(o, text, n, KVP_SEG_SCAFFOLD);
+}
+
+/* Hand a finished rendering to out (an empty one as ""), or free it on an error or when it ran
+ * out of memory. Returns rc, or KVP_E_NOMEM. */
+static int render_finish(out_buf *o, int rc, kvp_prompt *out, kvp_error *err) {
+    if (!rc && !o->oom && !o->text) { /* empty rendering */
+        o->text = calloc(1, 1);
+        o->seg = calloc(1, 1);
+        o->oom = !o->text || !o->seg;
+    }
+    if (!rc && o->oom) rc = kvp_fail(err, KVP_E_NOMEM, "out of memory");
+    if (rc) {
+        free(o->text);
+        free(o->seg);
+        return rc;
+    }
+    out->text = o->text;
+    out->len = o->len;
+    out->byte_seg = o->seg;
+    return 0;
 }
 
 /* A string view over message content. */
@@ -363,21 +384,7 @@ int kvp_chat_render(const kvp_tokenizer *t, const kvp_template *tm, const kvp_me
     }
     for (int i = 0; i < n; i++) free(c[i].p);
     free(c);
-    if (!rc && o.oom) rc = kvp_fail(err, KVP_E_NOMEM, "out of memory");
-    if (rc) {
-        free(o.text);
-        free(o.seg);
-        return rc;
-    }
-    if (!o.text) { /* empty rendering */
-        o.text = calloc(1, 1);
-        o.seg = calloc(1, 1);
-        if (!o.text || !o.seg) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
-    }
-    out->text = o.text;
-    out->len = o.len;
-    out->byte_seg = o.seg;
-    return 0;
+    return render_finish(&o, rc, out, err);
 }
 
 /* The tokenizer normalizes text (NFC for Qwen) before encoding. Normalize each same-label
@@ -470,12 +477,9 @@ int kvp_prompt_pieces(const kvp_tokenizer *t, const kvp_piece *pieces, int n, kv
     memset(out, 0, sizeof *out);
     out_buf o = {0};
     put_bos(&o, t);
-    for (int i = 0; i < n; i++) {
-        if (!pieces[i].text || pieces[i].seg > KVP_SEG_ASSISTANT) {
-            free(o.text);
-            free(o.seg);
-            return kvp_fail(err, KVP_E_INVALID, "prompt piece %d: no text or an unknown segment", i);
-        }
+    for (int i = 0; i < n && !o.oom; i++) {
+        if (!pieces[i].text || pieces[i].seg > KVP_SEG_ASSISTANT)
+            return render_finish(&o, kvp_fail(err, KVP_E_INVALID, "prompt piece %d: no text or an unknown segment", i), out, err);
         char *clean;
         size_t len;
         if (kvp_utf8_clean(pieces[i].text, strlen(pieces[i].text), &clean, &len, NULL)) {
@@ -485,15 +489,7 @@ int kvp_prompt_pieces(const kvp_tokenizer *t, const kvp_piece *pieces, int n, kv
         put(&o, clean, len, pieces[i].seg);
         free(clean);
     }
-    if (!o.oom && !o.text) o.text = calloc(1, 1), o.seg = calloc(1, 1), o.oom = !o.text || !o.seg;
-    if (o.oom) {
-        free(o.text);
-        free(o.seg);
-        return kvp_fail(err, KVP_E_NOMEM, "out of memory");
-    }
-    out->text = o.text;
-    out->len = o.len;
-    out->byte_seg = o.seg;
+    if (render_finish(&o, 0, out, err)) return err->code;
     return tokenize_rendered(t, out, err);
 }
 
