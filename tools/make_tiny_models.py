@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build tiny RANDOM llama / qwen3 / gemma3 models with Hugging Face transformers,
+"""Build tiny RANDOM llama / qwen2 / qwen3 / gemma3 models with Hugging Face transformers,
 write them as GGUF (all-F32 and Q8_0), and write reference ("golden") logits
 computed by transformers (fp32, eager attention) into tests/golden/.
 
@@ -20,6 +20,8 @@ GGUF conventions (as llama.cpp's convert_hf_to_gguf.py writes them):
     so that llama.cpp's adjacent-pair ("normal") RoPE equals HF's rotate_half RoPE.
   * llama: llama3 rope scaling is expressed as rope_freqs.weight (F32, [head_dim/2])
     with theta_i = pos * base^(-2i/d) / rope_freqs[i].
+  * qwen2: q/k/v projection biases as attn_{q,k,v}.bias (F32, also in Q8_0 files); no
+    permutation (NEOX RoPE), no q/k norms.
   * gemma3: every RMSNorm weight (incl. q/k norms and output_norm) is written as
     (1 + w) because Gemma3RMSNorm computes x_hat * (1 + w).
   * Q8_0 files: every 2-D matrix (incl. token_embd / output) is Q8_0, all 1-D
@@ -45,6 +47,8 @@ from transformers import (
     Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
 )
@@ -65,7 +69,7 @@ N_GEN = 20
 MIN_GAP = 2e-2          # required top1-top2 logit gap at every greedy step
 MIN_DISTINCT = 8        # required number of distinct tokens among the 20 generated
 PROMPT_SEED_BASE = 1000  # prompt seeds are tried in order PROMPT_SEED_BASE + k
-MODEL_SEEDS = {"llama": 11, "qwen3": 22, "gemma3": 33}
+MODEL_SEEDS = {"llama": 11, "qwen3": 22, "gemma3": 33, "qwen2": 44}
 
 LLAMA3_ROPE = {
     "rope_type": "llama3",
@@ -120,6 +124,8 @@ class Spec:
 SPECS = {
     "llama": Spec("llama", 4, 4, 2, 16, 1e-5, 500000.0, True),
     "qwen3": Spec("qwen3", 4, 4, 2, 32, 1e-6, 1000000.0, False),
+    # Qwen2 derives head_dim = hidden / heads; tied head as in Qwen2.5 0.5B / 1.5B
+    "qwen2": Spec("qwen2", 4, 4, 2, 16, 1e-6, 1000000.0, True),
     "gemma3": Spec("gemma3", 7, 4, 1, 32, 1e-6, 1000000.0, True),
 }
 GEMMA_SLIDING_WINDOW = 8
@@ -158,6 +164,14 @@ def make_config(spec: Spec):
             use_sliding_window=False,
             rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
         )
+    elif spec.arch == "qwen2":
+        # Qwen2Attention always has q/k/v biases (attention_bias is not a Qwen2 option)
+        cfg = Qwen2Config(
+            **{k: v for k, v in common.items() if k not in ("attention_bias", "head_dim")},
+            hidden_act="silu",
+            use_sliding_window=False,
+            rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
+        )
     elif spec.arch == "gemma3":
         cfg = Gemma3TextConfig(
             **common,
@@ -178,7 +192,8 @@ def make_config(spec: Spec):
     return cfg
 
 
-MODEL_CLASSES = {"llama": LlamaForCausalLM, "qwen3": Qwen3ForCausalLM, "gemma3": Gemma3ForCausalLM}
+MODEL_CLASSES = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM,
+                 "gemma3": Gemma3ForCausalLM}
 
 
 # normal std for (token embedding / lm_head, q_proj & k_proj, every other matrix).
@@ -189,6 +204,7 @@ MODEL_CLASSES = {"llama": LlamaForCausalLM, "qwen3": Qwen3ForCausalLM, "gemma3":
 INIT_STD = {
     "llama": (0.3, 0.25, 0.2),
     "qwen3": (0.3, 0.25, 0.2),
+    "qwen2": (0.3, 0.25, 0.2),
     "gemma3": (0.07, 0.4, 0.3),
 }
 
@@ -208,6 +224,8 @@ def random_state_dict(spec: Spec, model: torch.nn.Module, seed: int) -> dict[str
                 arr = 1.0 + rng.normal(0.0, 0.1, shape)
         elif "embed_tokens" in name or name == "lm_head.weight":
             arr = rng.normal(0.0, std_emb, shape)
+        elif name.endswith(".bias"):
+            arr = rng.normal(0.0, 0.5, shape)              # large, as real Qwen2 k biases are
         elif name.endswith(("q_proj.weight", "k_proj.weight")):
             arr = rng.normal(0.0, std_qk, shape)
         else:
@@ -270,6 +288,8 @@ def tensor_map(spec: Spec) -> list[tuple[str, str]]:
             (b + "attn_v.weight", p + "self_attn.v_proj.weight"),
             (b + "attn_output.weight", p + "self_attn.o_proj.weight"),
         ]
+        if spec.arch == "qwen2":
+            m += [(b + f"attn_{x}.bias", p + f"self_attn.{x}_proj.bias") for x in "qkv"]
         if spec.arch in ("qwen3", "gemma3"):
             m += [
                 (b + "attn_q_norm.weight", p + "self_attn.q_norm.weight"),
@@ -538,7 +558,7 @@ def main() -> int:
     torch.use_deterministic_algorithms(True)
     FIXTURES.mkdir(parents=True, exist_ok=True)
     GOLDEN.mkdir(parents=True, exist_ok=True)
-    for arch in ("llama", "qwen3", "gemma3"):
+    for arch in ("llama", "qwen3", "gemma3", "qwen2"):
         for info in process_arch(arch):
             print(f"{info['model']}: prompt_seed={info['prompt_seed']} "
                   f"min_gap={info['min_top1_top2_gap']:.4f} inc_err={info['incremental_vs_oneshot_max_abs']:.2e} "

@@ -8,7 +8,7 @@ conventions written by tools/make_tiny_models.py are the ones spelled out
 below, i.e. the math the C engine must implement.
 
 Usage:  tools/.venv/bin/python tools/numpy_forward.py [tiny-llama-f32 ...]
-        (no argument: all six fixtures)
+        (no argument: all eight fixtures)
 
 Conventions (llama.cpp semantics):
   Tensors: a GGUF tensor with ne = [in, out] is a row-major [out, in] matrix W;
@@ -35,6 +35,10 @@ Conventions (llama.cpp semantics):
     NEOX mode (pairs (i, i + d/2), theta_i = pos * base^(-2i/d)).
     q width = n_head*head_dim = 128 != n_embd 64; attn_output is [64, 128].
     Untied: output.weight present.
+
+  qwen2: as llama but no permutation and no rope_freqs, q/k/v biases added
+    after the projections (attn_{q,k,v}.bias), no q/k norms, NEOX RoPE.
+    Tied here: no output.weight.
 
   gemma3: x = embd[tok] * sqrt(n_embd) (=8.0 exactly here);
     layer il is global ("full_attention") iff (il + 1) % 6 == 0, else local
@@ -164,14 +168,19 @@ def forward(hp, W, tokens: list[int]) -> np.ndarray:
         q = (h @ W[b + "attn_q.weight"].T).reshape(n, nh, hd)
         k = (h @ W[b + "attn_k.weight"].T).reshape(n, nkv, hd)
         v = (h @ W[b + "attn_v.weight"].T).reshape(n, nkv, hd)
+        if arch == "qwen2":
+            q = q + W[b + "attn_q.bias"].reshape(nh, hd)
+            k = k + W[b + "attn_k.bias"].reshape(nkv, hd)
+            v = v + W[b + "attn_v.bias"].reshape(nkv, hd)
         mask = causal
         if arch == "llama":
             q = rope(q, pos, hp["base"], neox=False, freq_factors=W.get("rope_freqs.weight"))
             k = rope(k, pos, hp["base"], neox=False, freq_factors=W.get("rope_freqs.weight"))
             scale = 1.0 / math.sqrt(hd)
         else:
-            q = rmsnorm(q, W[b + "attn_q_norm.weight"], eps)
-            k = rmsnorm(k, W[b + "attn_k_norm.weight"], eps)
+            if arch != "qwen2":
+                q = rmsnorm(q, W[b + "attn_q_norm.weight"], eps)
+                k = rmsnorm(k, W[b + "attn_k_norm.weight"], eps)
             base = hp["base"]
             scale = 1.0 / math.sqrt(hd)
             if arch == "gemma3":
@@ -227,7 +236,7 @@ def check(name: str) -> float:
 
 
 def main(argv: list[str]) -> int:
-    names = argv or [f"tiny-{a}-{q}" for a in ("llama", "qwen3", "gemma3") for q in ("f32", "q8_0")]
+    names = argv or [f"tiny-{a}-{q}" for a in ("llama", "qwen2", "qwen3", "gemma3") for q in ("f32", "q8_0")]
     bad = [n for n in names if not check(n) < TOL]
     return 1 if bad else 0
 

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-typedef enum kvp_arch { KVP_ARCH_LLAMA = 0, KVP_ARCH_QWEN3 = 1, KVP_ARCH_GEMMA3 = 2 } kvp_arch;
+typedef enum kvp_arch { KVP_ARCH_LLAMA = 0, KVP_ARCH_QWEN3 = 1, KVP_ARCH_GEMMA3 = 2, KVP_ARCH_QWEN2 = 3 } kvp_arch;
 
 /* Hyper-parameters, all read from GGUF metadata (never from the model's name). */
 typedef struct kvp_hparams {

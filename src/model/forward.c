@@ -539,11 +539,19 @@ static void row_ffn_norm(kvp_ctx *c, const kvp_row *rows, int r, int il) {
     rmsnorm(c->xn + (size_t)r * d, c->x + (size_t)r * d, c->m->layers[il].ffn_norm, d, hp->rms_eps);
 }
 
-/* q/k head norms, RoPE, and the store of this row's K/V into its cache slot. */
+static void add_bias(float *x, const float *b, int n) {
+    if (b)
+        for (int i = 0; i < n; i++) x[i] += b[i];
+}
+
+/* q/k/v biases, q/k head norms, RoPE, and the store of this row's K/V into its cache slot. */
 static void row_qk_store(kvp_ctx *c, const kvp_row *rows, int r, int il) {
     const kvp_hparams *hp = &c->m->hp;
     const kvp_layer *L = &c->m->layers[il];
     int hd = hp->head_dim, qw = hp->n_head * hd, kw = hp->n_head_kv * hd, vw = hp->n_head_kv * hp->head_dim_v;
+    add_bias(c->q + (size_t)r * qw, L->bq, qw);
+    add_bias(c->k + (size_t)r * kw, L->bk, kw);
+    add_bias(c->v + (size_t)r * vw, L->bv, vw);
     const float *cs = c->rope_cs + ((size_t)r * 2 + (hp->layer_is_swa[il] ? 1 : 0)) * hp->n_rot;
     for (int h = 0; h < hp->n_head; h++) {
         float *qh = c->q + (size_t)r * qw + (size_t)h * hd;

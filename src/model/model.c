@@ -237,7 +237,8 @@ static int load_layer(loader *ld, int il) {
     kvp_layer *L = &m->layers[il];
     int64_t d = hp->n_embd, q = (int64_t)hp->n_head * hp->head_dim, k = (int64_t)hp->n_head_kv * hp->head_dim,
             v = (int64_t)hp->n_head_kv * hp->head_dim_v, att = (int64_t)hp->n_head * hp->head_dim_v;
-    int has_qk_norm = hp->arch != KVP_ARCH_LLAMA, gemma = hp->arch == KVP_ARCH_GEMMA3;
+    int has_qk_norm = hp->arch == KVP_ARCH_QWEN3 || hp->arch == KVP_ARCH_GEMMA3, gemma = hp->arch == KVP_ARCH_GEMMA3;
+    int qkv_bias = hp->arch == KVP_ARCH_QWEN2; /* llama.cpp reads them as optional for every family */
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
     int rc;
@@ -245,6 +246,9 @@ static int load_layer(loader *ld, int il) {
         (rc = bind_weight(ld, NAME("attn_q.weight"), d, q, 1, &L->wq)) ||
         (rc = bind_weight(ld, NAME("attn_k.weight"), d, k, 1, &L->wk)) ||
         (rc = bind_weight(ld, NAME("attn_v.weight"), d, v, 1, &L->wv)) ||
+        (rc = bind_vector(ld, NAME("attn_q.bias"), q, qkv_bias, &L->bq)) ||
+        (rc = bind_vector(ld, NAME("attn_k.bias"), k, qkv_bias, &L->bk)) ||
+        (rc = bind_vector(ld, NAME("attn_v.bias"), v, qkv_bias, &L->bv)) ||
         (rc = bind_weight(ld, NAME("attn_output.weight"), att, d, 1, &L->wo)) ||
         (rc = bind_vector(ld, NAME("attn_q_norm.weight"), hp->head_dim, has_qk_norm, &L->q_norm)) ||
         (rc = bind_vector(ld, NAME("attn_k_norm.weight"), hp->head_dim, has_qk_norm, &L->k_norm)) ||
@@ -291,7 +295,7 @@ static int load_weights(loader *ld) {
 static const struct {
     const char *name;
     kvp_arch arch;
-} ARCHS[] = {{"llama", KVP_ARCH_LLAMA}, {"qwen3", KVP_ARCH_QWEN3}, {"gemma3", KVP_ARCH_GEMMA3}};
+} ARCHS[] = {{"llama", KVP_ARCH_LLAMA}, {"qwen2", KVP_ARCH_QWEN2}, {"qwen3", KVP_ARCH_QWEN3}, {"gemma3", KVP_ARCH_GEMMA3}};
 
 kvp_model *kvp_model_load(const char *path, kvp_error *err) {
     gguf_file *f = gguf_open(path, err);
@@ -321,7 +325,7 @@ kvp_model *kvp_model_from_gguf(gguf_file *f, kvp_error *err) {
             m->hp.arch_name = ld.arch = ARCHS[i].name;
         }
     if (!ld.arch) {
-        kvp_fail(err, KVP_E_UNSUPPORTED, "%s: unknown architecture '%.*s' (supported: llama, qwen3, gemma3)", path,
+        kvp_fail(err, KVP_E_UNSUPPORTED, "%s: unknown architecture '%.*s' (supported: llama, qwen2, qwen3, gemma3)", path,
                  (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }

@@ -19,6 +19,7 @@ typedef struct kvp_weight {
 typedef struct kvp_layer {
     float *attn_norm;      /* [n_embd] */
     kvp_weight wq, wk, wv; /* -> [n_head*hd], [n_kv*hd], [n_kv*hd_v] */
+    float *bq, *bk, *bv;   /* projection biases (qwen2; optional elsewhere), else NULL */
     float *q_norm, *k_norm; /* [hd] per-head RMSNorm (qwen3, gemma3), else NULL */
     kvp_weight wo;
     float *post_attn_norm; /* gemma3 */

@@ -14,7 +14,8 @@
  * same tolerance applies to both: the only difference is fp32 summation order. */
 #define TOL 1e-3
 
-static const char *MODELS[] = {"llama-f32", "llama-q8_0", "qwen3-f32", "qwen3-q8_0", "gemma3-f32", "gemma3-q8_0"};
+static const char *MODELS[] = {"llama-f32",  "llama-q8_0",  "qwen2-f32",  "qwen2-q8_0",
+                               "qwen3-f32",  "qwen3-q8_0",  "gemma3-f32", "gemma3-q8_0"};
 
 typedef struct ref {
     gguf_file *f;

@@ -14,7 +14,7 @@
 #define SPAN_LO 4
 #define SPAN_HI 20
 
-static const char *ARCHS[] = {"llama", "qwen3", "gemma3"};
+static const char *ARCHS[] = {"llama", "qwen2", "qwen3", "gemma3"};
 
 static void check_arch(const char *arch) {
     char path[256], title[160];
