@@ -24,6 +24,10 @@ Templates (TEMPLATES below):
                   Instruct template), bos_token "<|begin_of_text|>"
   chatml          tokenizer.chat_template of models/SmolLM2-135M-Instruct.Q4_1.gguf (read with
                   gguf.GGUFReader), rendered with the tokenizer transformers builds from that GGUF
+  qwen2.5         tokenizer.chat_template of models/qwen2.5-coder-0.5b-instruct.gguf (Qwen2.5's:
+                  ChatML with the default system turn "You are Qwen, ..."), rendered with the
+                  tokenizer transformers builds from that GGUF; ids with that tokenizer plus the
+                  NFC normalizer transformers' GGUF conversion drops (see make_tokenizer_goldens)
 Token ids: the rendered text encoded in "special" mode without BOS/EOS added (tokenizers.Tokenizer,
 add_special_tokens=False; shared tokenizer.json for qwen3/gemma3/llama3.x, the GGUF tokenizer for
 chatml). Checked equal to apply_chat_template(tokenize=True)["input_ids"].
@@ -58,6 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "golden" / "templates"
 SHARED_TOK = tg.SHARED_TOK
 SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+QWEN25_GGUF = "qwen2.5-coder-0.5b-instruct.gguf"
 
 # The public Meta-Llama-3-8B-Instruct chat template (tokenizer_config.json "chat_template").
 LLAMA30_TEMPLATE = (
@@ -184,6 +189,7 @@ LLAMA31_TEMPLATE = """{{- bos_token }}
 
 LLAMA31_DATE = "26 Jul 2024"
 CHATML_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
 class Rejected(Exception):
@@ -341,11 +347,60 @@ def seg_llama31(msgs, tools, add_gen, bos="<|begin_of_text|>", date_string=LLAMA
     return out
 
 
-def seg_chatml(msgs, tools, add_gen):
+def seg_qwen25(msgs, tools, add_gen):
+    """Qwen2.5's template: without tools it renders as seg_chatml with Qwen's default system
+    turn (the first system message once, then every turn)."""
+    if not tools and not any(m["role"] == "tool" or m.get("tool_calls") for m in msgs):
+        return seg_chatml(msgs, tools, add_gen, QWEN25_DEFAULT_SYSTEM)
+    out = []
+    if tools:
+        out.append((S, -1, "<|im_start|>system\n"))
+        if msgs[0]["role"] == "system":
+            out.append(("system", 0, msgs[0]["content"]))
+        else:
+            out.append((S, -1, QWEN25_DEFAULT_SYSTEM))
+        out.append((S, -1, "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"))
+        for t in tools:
+            out += [(S, -1, "\n"), ("tools", -1, tojson(t))]
+        out.append((S, -1, "\n</tools>\n\nFor each function call, return a json object with function name and "
+                            "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+                            "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"))
+    elif msgs[0]["role"] == "system":
+        out += [(S, -1, "<|im_start|>system\n"), ("system", 0, msgs[0]["content"]), (S, -1, "<|im_end|>\n")]
+    else:
+        out.append((S, -1, "<|im_start|>system\n" + QWEN25_DEFAULT_SYSTEM + "<|im_end|>\n"))
+    n = len(msgs)
+    for k, m in enumerate(msgs):
+        role = m["role"]
+        if role == "user" or (role == "system" and k != 0) or (role == "assistant" and not m.get("tool_calls")):
+            out += [(S, -1, "<|im_start|>" + role + "\n"), (role, k, m["content"]), (S, -1, "<|im_end|>\n")]
+        elif role == "assistant":
+            out.append((S, -1, "<|im_start|>assistant"))
+            if m["content"]:
+                out += [(S, -1, "\n"), ("assistant", k, m["content"])]
+            for tc in m["tool_calls"]:
+                if tc.get("function"):
+                    tc = tc["function"]
+                out += [(S, -1, '\n<tool_call>\n{"name": "'), ("assistant", k, tc["name"]), (S, -1, '", "arguments": '),
+                        ("assistant", k, tojson(tc["arguments"])), (S, -1, "}\n</tool_call>")]
+            out.append((S, -1, "<|im_end|>\n"))
+        elif role == "tool":
+            if k == 0 or msgs[k - 1]["role"] != "tool":
+                out.append((S, -1, "<|im_start|>user"))
+            out += [(S, -1, "\n<tool_response>\n"), ("tool", k, m["content"]), (S, -1, "\n</tool_response>")]
+            if k == n - 1 or msgs[k + 1]["role"] != "tool":
+                out.append((S, -1, "<|im_end|>\n"))
+    if add_gen:
+        out.append((S, -1, "<|im_start|>assistant\n"))
+    return out
+
+
+def seg_chatml(msgs, tools, add_gen, default_system=CHATML_DEFAULT_SYSTEM):
     out = []
     for k, m in enumerate(msgs):
         if k == 0 and msgs[0]["role"] != "system":
-            out.append((S, -1, "<|im_start|>system\n" + CHATML_DEFAULT_SYSTEM + "<|im_end|>\n"))
+            out.append((S, -1, "<|im_start|>system\n" + default_system + "<|im_end|>\n"))
         out += [(S, -1, "<|im_start|>" + m["role"] + "\n"), (m["role"], k, m["content"]), (S, -1, "<|im_end|>\n")]
     if add_gen:
         out.append((S, -1, "<|im_start|>assistant\n"))
@@ -516,6 +571,11 @@ def main() -> None:
     hf["smollm2"] = AutoTokenizer.from_pretrained(str(tg.MODELS), gguf_file=SMOLLM_GGUF)
     raw = {n: Tokenizer.from_file(str(SHARED_TOK / n / "tokenizer.json")) for n in ("qwen3", "gemma3", "llama3")}
     raw["smollm2"] = Tokenizer.from_str(hf["smollm2"].backend_tokenizer.to_str())
+    hf["qwen25"] = AutoTokenizer.from_pretrained(str(tg.MODELS), gguf_file=QWEN25_GGUF)
+    raw["qwen25"] = Tokenizer.from_str(hf["qwen25"].backend_tokenizer.to_str())
+    # and its NFC normalizer, as the "qwen2.5-gguf-nfc" tokenizer goldens (the Qwen family's own)
+    from tokenizers import normalizers
+    raw["qwen25"].normalizer = normalizers.NFC()
     # transformers' GGUF conversion drops the GGUF's pre = "smollm" digit split; the ids use
     # the same derived tokenizer as the "smollm2-gguf-digits" tokenizer goldens (SmolLM's own
     # Digits(individual_digits=True) + ByteLevel pipeline, as llama.cpp's "smollm" regexes).
@@ -529,6 +589,8 @@ def main() -> None:
     reader = gguf.GGUFReader(str(tg.MODELS / SMOLLM_GGUF))
     chatml = reader.fields["tokenizer.chat_template"].contents()
     assert hf["smollm2"].chat_template == chatml
+    qwen25 = gguf.GGUFReader(str(tg.MODELS / QWEN25_GGUF)).fields["tokenizer.chat_template"].contents()
+    assert hf["qwen25"].chat_template == qwen25
 
     TEMPLATES = {
         "qwen3-think": dict(tok="qwen3", template=cfg["qwen3"]["chat_template"], kwargs={"enable_thinking": True},
@@ -546,6 +608,9 @@ def main() -> None:
                          seg=seg_llama30),
         "chatml": dict(tok="smollm2", template=chatml, kwargs={},
                        source="models/" + SMOLLM_GGUF + " tokenizer.chat_template", seg=seg_chatml),
+        "qwen2.5": dict(tok="qwen25", template=qwen25, kwargs={},
+                        source="models/" + QWEN25_GGUF + " tokenizer.chat_template",
+                        seg=seg_qwen25),
     }
 
     meta = {"generator": "tools/make_template_goldens.py",
@@ -583,7 +648,7 @@ def main() -> None:
             ids_hf = tok_hf.apply_chat_template(c["messages"], tools=tools, chat_template=spec["template"],
                                                 add_generation_prompt=c["add_generation_prompt"], tokenize=True,
                                                 **spec["kwargs"])["input_ids"]
-            assert ids == ids_hf or spec["tok"] == "smollm2", (name, c["i"])
+            assert ids == ids_hf or spec["tok"] in ("smollm2", "qwen25"), (name, c["i"])
             spans = to_spans(segs)
             assert spans[-1][1] == len(text.encode("utf-8")) if spans else text == ""
             assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])) and (not spans or spans[0][0] == 0)
@@ -593,8 +658,9 @@ def main() -> None:
         meta["templates"][name] = {
             "source": spec["source"], "template_sha256": hashlib.sha256(t.encode("utf-8")).hexdigest(),
             "template": t, "kwargs": spec["kwargs"],
-            "tokenizer": tg.SHARED_TOK.as_posix() + "/" + spec["tok"] + "/tokenizer.json" if spec["tok"] != "smollm2"
-            else "models/" + SMOLLM_GGUF + " (transformers GGUF tokenizer + Digits(individual_digits) split)",
+            "tokenizer": {"smollm2": "models/" + SMOLLM_GGUF + " (transformers GGUF tokenizer + Digits(individual_digits) split)",
+                          "qwen25": "models/" + QWEN25_GGUF + " (transformers GGUF tokenizer + NFC normalizer)"}.get(
+                spec["tok"], tg.SHARED_TOK.as_posix() + "/" + spec["tok"] + "/tokenizer.json"),
             "special_tokens_map": tok_hf.special_tokens_map,
             "n_rendered": len(convs) - n_rej, "n_rejected": n_rej, "rejections": errors,
         }

@@ -64,13 +64,18 @@ MODELS = ROOT / "models"
 OUT = ROOT / "tests" / "golden" / "tokenizer"
 
 SHARED = ["qwen3", "gemma3", "llama3"]
-GGUF = {"gemma3-270m-gguf": "gemma-3-270m-q4_k_m.gguf", "smollm2-gguf": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+GGUF = {"gemma3-270m-gguf": "gemma-3-270m-q4_k_m.gguf", "smollm2-gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "qwen2.5-gguf": "qwen2.5-coder-0.5b-instruct.gguf"}
 # Derived variant, not a Hugging Face artifact: smollm2-gguf with a Digits(individual_digits=True)
 # pre-tokenizer in front of its ByteLevel one. transformers' GGUF converter ignores
 # tokenizer.ggml.pre = "smollm" and builds a plain GPT-2 ByteLevel pre-tokenizer, so digit runs
 # stay together; llama.cpp's "smollm" pre-tokenizer splits every \p{N} first (as, we believe,
 # the upstream SmolLM2 tokenizer.json does: VERIFY). This variant is the reference for that.
-DERIVED = {"smollm2-gguf-digits": "smollm2-gguf"}
+# qwen2.5-gguf-nfc: qwen2.5-gguf with the NFC normalizer of the Qwen family's tokenizer.json
+# (Qwen2.5's, like the shared Qwen3 one, normalizes NFC; transformers' GGUF converter drops it).
+# Checked below: its ids equal the shared Qwen3 tokenizer.json's (same vocabulary, merges and
+# regex) on every corpus string that holds no added token the two files do not share.
+DERIVED = {"smollm2-gguf-digits": "smollm2-gguf", "qwen2.5-gguf-nfc": "qwen2.5-gguf"}
 TOKENIZERS = SHARED + list(GGUF) + list(DERIVED)
 
 
@@ -442,19 +447,49 @@ def load_tokenizers() -> dict[str, dict]:
             "tokenizer_class": type(hf).__name__,
         }
         res[name] = {"tok": tok, "hf": hf, "info": info}
-    from tokenizers import pre_tokenizers
+    from tokenizers import normalizers, pre_tokenizers
     for name, base in DERIVED.items():
         tok = Tokenizer.from_str(res[base]["tok"].to_str())
-        pre = json.loads(tok.to_str())["pre_tokenizer"]
-        assert pre == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}, pre
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
         info = dict(res[base]["info"])
-        info["loader"] = (f"DERIVED (not a Hugging Face artifact): {base} with pre_tokenizer = "
-                          "Sequence[Digits(individual_digits=True), its ByteLevel], i.e. llama.cpp's 'smollm' split")
+        d = json.loads(tok.to_str())
+        if base == "smollm2-gguf":
+            pre = d["pre_tokenizer"]
+            assert pre == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}, pre
+            tok.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
+            info["loader"] = (f"DERIVED (not a Hugging Face artifact): {base} with pre_tokenizer = "
+                              "Sequence[Digits(individual_digits=True), its ByteLevel], i.e. llama.cpp's 'smollm' split")
+        else:
+            q3 = json.loads(res["qwen3"]["tok"].to_str())
+            assert d["normalizer"] is None and q3["normalizer"] == {"type": "NFC"}, d["normalizer"]
+            assert d["pre_tokenizer"]["pretokenizers"][0] == q3["pre_tokenizer"]["pretokenizers"][0]
+            tok.normalizer = normalizers.NFC()
+            info["loader"] = (f"DERIVED (not a Hugging Face artifact): {base} with normalizer = NFC, as the "
+                              "Qwen family's tokenizer.json (the shared Qwen3 one: same regex, vocabulary, merges)")
         res[name] = {"tok": tok, "info": info}
     return res
+
+
+def check_qwen25_vs_qwen3(res, inputs: list[str]) -> dict:
+    """qwen2.5-gguf-nfc must tokenize like the shared Qwen3 tokenizer.json wherever no added
+    token differs between the two, by id or special flag (Qwen3 adds <think>, <tool_response>, ...;
+    the GGUF's token types make <|fim_prefix|> and the like special, Qwen3's file does not)."""
+    a, b = res["qwen2.5-gguf-nfc"]["tok"], res["qwen3"]["tok"]
+    added = lambda t: {x["content"]: (x["id"], x["special"]) for x in json.loads(t.to_str())["added_tokens"]}
+    aa, ab = added(a), added(b)
+    differ = sorted(k for k in set(aa) | set(ab) if aa.get(k) != ab.get(k))
+    compared = skipped = 0
+    for plain in (True, False):
+        for s, ia, ib in zip(inputs, encode_all(a, inputs, plain), encode_all(b, inputs, plain)):
+            if any(k in s for k in differ):
+                skipped += 1
+                continue
+            compared += 1
+            assert ia == ib, (s, ia, ib)
+    print(f"qwen2.5-gguf-nfc == qwen3 tokenizer.json on {compared} (string, mode) pairs; "
+          f"{skipped} skipped for added tokens only one has ({', '.join(differ)})", file=sys.stderr)
+    return {"compared": compared, "skipped": skipped, "differing_added_tokens": differ}
 
 
 def pipeline_summary(tok) -> dict:
@@ -534,6 +569,7 @@ def main() -> None:
     }
     assert meta["versions"]["tokenizers"] == tokenizers.__version__
     assert meta["versions"]["transformers"] == transformers.__version__
+    meta["qwen2.5-gguf-nfc_vs_qwen3"] = check_qwen25_vs_qwen3(toks, inputs)
 
     for name in TOKENIZERS:
         t = toks[name]

@@ -29,11 +29,15 @@ const char *kvp_segment_name(kvp_segment s);
 typedef enum kvp_template_kind {
     KVP_TMPL_NONE = 0,    /* no template: raw text (after BOS if the tokenizer adds one) */
     KVP_TMPL_CHATML,      /* <|im_start|>role\n...<|im_end|>\n (SmolLM2 adds a default system turn) */
+    KVP_TMPL_QWEN25,      /* Qwen2.5 (and -Coder): ChatML whose default system turn is "You are Qwen, ..." */
     KVP_TMPL_QWEN3,       /* ChatML + think blocks; enable_thinking switch */
     KVP_TMPL_GEMMA3,      /* <bos><start_of_turn>user\n...<end_of_turn>\n ... model\n */
     KVP_TMPL_LLAMA3,      /* Llama 3.0: <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
     KVP_TMPL_LLAMA31,     /* Llama 3.1/3.2: always a system header with knowledge/today dates */
 } kvp_template_kind;
+
+/* The names kvp_template_from_name knows, for help texts and errors. */
+#define KVP_TEMPLATE_NAMES "none, chatml, qwen2.5, qwen3, gemma3, llama3, llama3.1"
 
 const char *kvp_template_name(kvp_template_kind k);
 int kvp_template_from_name(const char *name, kvp_template_kind *out);
@@ -46,15 +50,19 @@ typedef struct kvp_template {
     int enable_thinking;         /* Qwen3: 1 = thinking on (template default) */
 } kvp_template;
 
+/* Qwen2.5's default system message, written when a conversation has none. */
+#define KVP_QWEN25_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
 /* Choose the template from the GGUF's tokenizer.chat_template (substring detection, as
- * llama.cpp does) and architecture. Unknown templates are an error naming what was seen;
+ * llama.cpp does) and architecture. A ChatML template's default system turn is read from
+ * the template itself. Unknown templates are an error naming what was seen;
  * a file without a template gets KVP_TMPL_NONE. Strings point into the file. */
 int kvp_template_detect(const gguf_file *f, kvp_template *out, kvp_error *err);
 
 /* No template, thinking on, Llama 3.1 date pinned: the settings detection starts from. */
 void kvp_template_init(kvp_template *t);
 /* Switch to the template called name (--template). A default system turn read from the file
- * is kept only when the family stays the same. */
+ * is kept only when the family stays the same; qwen2.5 otherwise gets Qwen's own. */
 int kvp_template_select(kvp_template *t, const char *name, kvp_error *err);
 
 typedef struct kvp_message {

@@ -18,7 +18,7 @@ static void tok_usage(FILE *f) {
             "  --chat               render TEXT as a user turn with the chat template; each token\n"
             "                       is printed with its segment (scaffold/system/user/assistant)\n"
             "  --system S           system message (implies --chat)\n"
-            "  --template NAME      none, chatml, qwen3, gemma3, llama3, llama3.1 (default: from the GGUF)\n"
+            "  --template NAME      " KVP_TEMPLATE_NAMES " (default: from the GGUF)\n"
             "  --no-think           Qwen3: enable_thinking=false\n");
 }
 

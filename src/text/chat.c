@@ -1,6 +1,7 @@
 /* Chat templates: one small renderer per family, reproducing the Jinja templates of
  * Hugging Face tokenizer_config.json files byte for byte, with a segment label per byte.
  * Then tokenization with special tokens parsed only in scaffolding, and the BLANK donor. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +17,9 @@ static const struct {
     const char *name;
     kvp_template_kind kind;
 } TEMPLATES[] = {
-    {"none", KVP_TMPL_NONE},     {"chatml", KVP_TMPL_CHATML},   {"qwen3", KVP_TMPL_QWEN3},
-    {"gemma3", KVP_TMPL_GEMMA3}, {"llama3", KVP_TMPL_LLAMA3},   {"llama3.1", KVP_TMPL_LLAMA31},
+    {"none", KVP_TMPL_NONE},       {"chatml", KVP_TMPL_CHATML}, {"qwen2.5", KVP_TMPL_QWEN25},
+    {"qwen3", KVP_TMPL_QWEN3},     {"gemma3", KVP_TMPL_GEMMA3}, {"llama3", KVP_TMPL_LLAMA3},
+    {"llama3.1", KVP_TMPL_LLAMA31},
 };
 
 const char *kvp_template_name(kvp_template_kind k) {
@@ -53,10 +55,35 @@ void kvp_template_init(kvp_template *t) {
 int kvp_template_select(kvp_template *t, const char *name, kvp_error *err) {
     kvp_template_kind k;
     if (kvp_template_from_name(name, &k))
-        return kvp_fail(err, KVP_E_INVALID, "unknown template '%s' (none, chatml, qwen3, gemma3, llama3, llama3.1)", name);
+        return kvp_fail(err, KVP_E_INVALID, "unknown template '%s' (%s)", name, KVP_TEMPLATE_NAMES);
     if (k != t->kind) t->default_system[0] = 0;
+    if (k == KVP_TMPL_QWEN25 && !t->default_system[0])
+        snprintf(t->default_system, sizeof t->default_system, "%s", KVP_QWEN25_SYSTEM);
     t->kind = k;
     return 0;
+}
+
+/* The default system turn of a ChatML template: the literal text it writes between
+ * '<|im_start|>system' + newline (a Jinja "\n" escape or a raw newline) and '<|im_end|>'.
+ * Occurrences whose text is an expression (quotes, braces, escapes: the branch that writes
+ * messages[0]['content'], or a tools preamble) are skipped. "" if there is none. */
+static void chatml_default_system(const char *s, size_t n, char *out, size_t cap) {
+    static const char open[] = "<|im_start|>system", close[] = "<|im_end|>";
+    out[0] = 0;
+    for (const char *p = s; (p = find_n(p, n - (size_t)(p - s), open)); p++) {
+        const char *t = p + strlen(open), *end = s + n;
+        if (end - t >= 2 && t[0] == '\\' && t[1] == 'n') t += 2;
+        else if (t < end && *t == '\n') t++;
+        else continue;
+        const char *e = find_n(t, (size_t)(end - t), close);
+        if (!e || e == t || (size_t)(e - t) >= cap) continue;
+        int literal = 1;
+        for (const char *q = t; q < e && literal; q++) literal = !strchr("'\"{}\\", *q);
+        if (!literal) continue;
+        memcpy(out, t, (size_t)(e - t));
+        out[e - t] = 0;
+        return;
+    }
 }
 
 int kvp_template_detect(const gguf_file *f, kvp_template *out, kvp_error *err) {
@@ -73,20 +100,11 @@ int kvp_template_detect(const gguf_file *f, kvp_template *out, kvp_error *err) {
     const char *s = tmpl.ptr;
     size_t n = tmpl.len;
     if (find_n(s, n, "<|im_start|>")) {
-        out->kind = find_n(s, n, "<think>") ? KVP_TMPL_QWEN3 : KVP_TMPL_CHATML;
-        /* SmolLM2-style default system turn: a literal system text written when the first
-         * message is not a system message. */
-        const char *cond = find_n(s, n, "messages[0]['role'] != 'system'");
-        const char *lit = cond ? find_n(cond, n - (size_t)(cond - s), "<|im_start|>system\n") : NULL;
-        if (lit) {
-            lit += strlen("<|im_start|>system\n");
-            const char *end = find_n(lit, n - (size_t)(lit - s), "<|im_end|>");
-            size_t k = end ? (size_t)(end - lit) : 0;
-            if (end && k < sizeof out->default_system) {
-                memcpy(out->default_system, lit, k);
-                out->default_system[k] = 0;
-            }
-        }
+        /* Qwen3 writes think blocks; Qwen2.5 has the <tool_call> branch but none */
+        out->kind = find_n(s, n, "<think>")       ? KVP_TMPL_QWEN3
+                    : find_n(s, n, "<tool_call>") ? KVP_TMPL_QWEN25
+                                                  : KVP_TMPL_CHATML;
+        if (out->kind != KVP_TMPL_QWEN3) chatml_default_system(s, n, out->default_system, sizeof out->default_system);
         return 0;
     }
     if (find_n(s, n, "<start_of_turn>")) {
@@ -375,7 +393,8 @@ int kvp_chat_render(const kvp_tokenizer *t, const kvp_template *tm, const kvp_me
             put_bos(&o, t);
             for (int i = 0; i < n; i++) put(&o, c[i].p, c[i].n, role_seg(m[i].role));
             break;
-        case KVP_TMPL_CHATML: render_chatml(&o, tm, m, c, n, gen); break;
+        case KVP_TMPL_CHATML:
+        case KVP_TMPL_QWEN25: render_chatml(&o, tm, m, c, n, gen); break;
         case KVP_TMPL_QWEN3: render_qwen3(&o, tm, m, c, n, gen); break;
         case KVP_TMPL_GEMMA3: rc = render_gemma3(&o, m, c, n, gen, err); break;
         case KVP_TMPL_LLAMA3:

@@ -25,6 +25,7 @@ static const tmpl_case CASES[] = {
     {"llama3.0", KVP_TMPL_LLAMA3, 1, "../shared/tokenizers/llama3/tokenizer.json", 0},
     {"llama3.1", KVP_TMPL_LLAMA31, 1, "../shared/tokenizers/llama3/tokenizer.json", 0},
     {"chatml", KVP_TMPL_CHATML, 1, "models/SmolLM2-135M-Instruct.Q4_1.gguf", 1},
+    {"qwen2.5", KVP_TMPL_QWEN25, 1, "models/qwen2.5-coder-0.5b-instruct.gguf", 1},
 };
 
 static cJSON **read_jsonl(const char *path, int *n) {
@@ -197,6 +198,24 @@ int main(void) {
         g = gguf_open("models/gemma-3-270m-q4_k_m.gguf", &err);
         CHECK(g && kvp_template_detect(g, &tm, &err) == 0 && tm.kind == KVP_TMPL_GEMMA3, "gemma3 (no template: by architecture)");
         gguf_close(g);
+        /* Qwen2.5's template writes the default system text in its non-tools branch, after a
+         * tools branch that opens '<|im_start|>system\n' too and a branch writing the user's */
+        g = gguf_open("models/qwen2.5-coder-0.5b-instruct.gguf", &err);
+        CHECK(g && kvp_template_detect(g, &tm, &err) == 0 && tm.kind == KVP_TMPL_QWEN25 &&
+                  !strcmp(tm.default_system, KVP_QWEN25_SYSTEM),
+              "qwen2.5: kind %d, default system '%s' %s", tm.kind, tm.default_system, err.msg);
+        gguf_close(g);
+    }
+    TEST("templates: --template qwen2.5 brings Qwen's default system turn; another family drops it") {
+        kvp_error err = {0};
+        kvp_template tm;
+        kvp_template_init(&tm);
+        CHECK(!kvp_template_select(&tm, "qwen2.5", &err) && tm.kind == KVP_TMPL_QWEN25 &&
+                  !strcmp(tm.default_system, KVP_QWEN25_SYSTEM), "%s", err.msg);
+        CHECK(!kvp_template_select(&tm, "chatml", &err) && tm.kind == KVP_TMPL_CHATML && !tm.default_system[0],
+              "chatml after qwen2.5 kept '%s'", tm.default_system);
+        CHECK(kvp_template_select(&tm, "qwen2", &err) == KVP_E_INVALID && strstr(err.msg, "qwen2.5"),
+              "unknown name: %s", err.msg);
     }
     TEST("templates: ONCE filler makes a shorter donor and maps kept positions") {
         kvp_error err = {0};

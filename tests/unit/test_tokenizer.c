@@ -16,7 +16,10 @@ typedef struct tok_case {
     int gguf;
 } tok_case;
 
-/* The Gemma 3 GGUF is checked against the original Gemma 3 tokenizer.json (same vocabulary).
+/* The Qwen2.5 GGUF is checked against transformers' tokenizer of it with the NFC normalizer that
+ * conversion drops (the Qwen family's tokenizer.json has it; the goldens script checks those ids
+ * equal the shared Qwen3 tokenizer.json's wherever their added tokens agree).
+ * The Gemma 3 GGUF is checked against the original Gemma 3 tokenizer.json (same vocabulary).
  * transformers' own conversion of the GGUF (goldens "gemma3-270m-gguf") rebuilds it as a
  * Unigram model and splits long whitespace runs differently from the real tokenizer (26 of
  * the corpus strings), so it is not the reference here. */
@@ -26,6 +29,7 @@ static const tok_case CASES[] = {
     {"gemma3", "../shared/tokenizers/gemma3/tokenizer.json", 0},
     {"gemma3", "models/gemma-3-270m-q4_k_m.gguf", 1},
     {"smollm2-gguf-digits", "models/SmolLM2-135M-Instruct.Q4_1.gguf", 1},
+    {"qwen2.5-gguf-nfc", "models/qwen2.5-coder-0.5b-instruct.gguf", 1},
 };
 
 /* Read a whole gzip text file into lines. */
