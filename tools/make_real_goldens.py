@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Reference ("golden") greedy runs of the two REAL models under models/, computed
+"""Reference ("golden") greedy runs of the REAL models under models/, computed
 by Hugging Face transformers loading each GGUF file itself.
 
-    tools/.venv/bin/python tools/make_real_goldens.py      (needs `make models` first)
+    tools/.venv/bin/python tools/make_real_goldens.py [NAME ...]
+    (needs `make models`; qwen2.5-coder-1.5b needs `make models MODELS=all`)
 
 For each model transformers builds the config, the tokenizer and the weights from
 the GGUF file alone (`from_pretrained(models/, gguf_file=..., dtype=float32,
@@ -14,8 +15,13 @@ subtracted (Gemma3RMSNorm computes x_hat * (1 + w)). The script re-checks both
 against its own dequantization of the file, checks that no parameter was left at
 its random init, and checks the config transformers built.
 
+qwen2 (Qwen2.5-Coder-0.5B / 1.5B-Instruct) loads the same way (no permutation, q/k/v biases).
+
 Prompt: PROMPT, tokenized by the tokenizer transformers builds from the GGUF,
-with BOS prepended iff the file says tokenizer.ggml.add_bos_token = true.
+with BOS prepended iff the file says tokenizer.ggml.add_bos_token = true. The instruct
+Qwen models get CHAT_PROMPT as one user turn rendered by apply_chat_template with the
+GGUF's own template (ref.chat = 1; the prompt is ASCII, so the NFC normalizer that
+transformers' GGUF tokenizer lacks cannot matter).
 Then exactly N_GEN greedy steps (argmax, no EOS stop) with a KV cache, plus one
 one-shot forward over prompt + generated[:-1] that must agree with the
 incremental logits.
@@ -23,7 +29,8 @@ incremental logits.
 Output: tests/golden/real-<name>.ref.gguf (arch "kvprobe-ref")
   ref.model_file        STRING   basename of the model file
   ref.model_sha256      STRING   sha256 of the model file (checked before use)
-  ref.prompt_text       STRING
+  ref.prompt_text       STRING   the raw prompt, or the user message when ref.chat = 1
+  ref.chat              UINT32   1: prompt_text is a user turn in the chat template
   ref.prompt_tokens     INT32[]  (BOS included when the file adds one)
   ref.generated_tokens  INT32[32] greedy continuation
   ref.generated_text    STRING   tokenizer.decode(generated), special tokens kept
@@ -70,6 +77,7 @@ MODELS = ROOT / "models"
 GOLDEN = ROOT / "tests" / "golden"
 
 PROMPT = "The capital of France is"
+CHAT_PROMPT = "Write a Python function is_prime(n) that returns True when n is a prime number."
 N_GEN = 32
 TOPK = 64
 ONESHOT_TOL = 1e-3   # max |incremental - one-shot| logit difference accepted
@@ -86,6 +94,20 @@ MODELS_SPEC = [
         "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
         "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         "arch": "llama",
+    },
+    {
+        "name": "qwen2.5-coder-0.5b",
+        "file": "qwen2.5-coder-0.5b-instruct.gguf",
+        "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        "arch": "qwen2",
+        "chat": True,
+    },
+    {
+        "name": "qwen2.5-coder-1.5b",
+        "file": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "sha256": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        "arch": "qwen2",
+        "chat": True,
     },
 ]
 
@@ -136,7 +158,7 @@ def check_config(cfg, arch: str, reader: GGUFReader) -> list[str]:
     expect("num_key_value_heads", cfg.num_key_value_heads, md("attention.head_count_kv"))
     expect("max_position_embeddings", cfg.max_position_embeddings, md("context_length"))
     expect("vocab_size", cfg.vocab_size, len(reader.fields["tokenizer.ggml.tokens"].data))
-    expect("tie_word_embeddings", cfg.tie_word_embeddings, True)
+    expect("tie_word_embeddings", cfg.tie_word_embeddings, not any(t.name == "output.weight" for t in reader.tensors))
     expect("bos_token_id", cfg.bos_token_id, field_value(reader, "tokenizer.ggml.bos_token_id"))
     expect("eos_token_id", cfg.eos_token_id, field_value(reader, "tokenizer.ggml.eos_token_id"))
     rp = cfg.rope_parameters
@@ -165,6 +187,21 @@ def check_config(cfg, arch: str, reader: GGUFReader) -> list[str]:
             f"{cfg.final_logit_softcapping})",
             f"full-attention layers={[i for i, t in enumerate(cfg.layer_types) if t == 'full_attention']} "
             f"rope full={rp['full_attention']} sliding={rp['sliding_attention']}",
+        ]
+    elif arch == "qwen2":
+        expect("model_type", cfg.model_type, "qwen2")
+        expect("rms_norm_eps", cfg.rms_norm_eps, md("attention.layer_norm_rms_epsilon"), rel=1e-6)
+        expect("head_dim", getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+               md("embedding_length") // md("attention.head_count"))
+        expect("rope", dict(rp), {"rope_type": "default", "rope_theta": md("rope.freq_base")})
+        expect("hidden_act", cfg.hidden_act, "silu")
+        expect("use_sliding_window", cfg.use_sliding_window, False)
+        lines = [
+            f"model_type={cfg.model_type} hidden={cfg.hidden_size} layers={cfg.num_hidden_layers} "
+            f"ff={cfg.intermediate_size} heads={cfg.num_attention_heads}/{cfg.num_key_value_heads} "
+            f"vocab={cfg.vocab_size} ctx={cfg.max_position_embeddings}",
+            f"rms_norm_eps={cfg.rms_norm_eps!r} rope={dict(rp)} act={cfg.hidden_act} "
+            f"tie_word_embeddings={cfg.tie_word_embeddings} sliding_window={cfg.use_sliding_window}",
         ]
     else:
         expect("model_type", cfg.model_type, "llama")
@@ -203,8 +240,8 @@ GEMMA3_NAMES = {
 
 
 def hf_name(arch: str, gguf_name: str) -> str:
-    assert gguf_name.endswith(".weight"), gguf_name
-    base = gguf_name[: -len(".weight")]
+    base, suffix = gguf_name.rsplit(".", 1)
+    assert suffix in ("weight", "bias") and (suffix == "weight" or arch == "qwen2"), gguf_name
     if base == "token_embd":
         return "model.embed_tokens.weight"
     if base == "output_norm":
@@ -213,7 +250,7 @@ def hf_name(arch: str, gguf_name: str) -> str:
         return "lm_head.weight"
     _, layer, kind = base.split(".", 2)
     table = GEMMA3_NAMES if arch == "gemma3" else LLAMA_NAMES
-    return f"model.layers.{int(layer)}.{table[kind]}.weight"
+    return f"model.layers.{int(layer)}.{table[kind]}.{suffix}"
 
 
 def unpermute_rows(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -266,22 +303,28 @@ def check_weights(model, reader: GGUFReader, arch: str, cfg) -> list[str]:
             d = float(np.max(np.abs(got.astype(np.float64) - want)))
             fail(f"{arch}: {t.name} -> {name}: loaded weight differs from own dequantization (max {d:g})")
         seen.add(name)
-    # every parameter must come from the file (lm_head is tied to the embedding)
-    missing = [k for k in sd if k not in seen and k != "lm_head.weight"]
+    # every parameter must come from the file (a tied lm_head is the embedding)
+    tied = cfg.tie_word_embeddings
+    missing = [k for k in sd if k not in seen and not (tied and k == "lm_head.weight")]
     if missing:
         fail(f"{arch}: parameters not loaded from the GGUF: {missing[:8]}")
-    if "lm_head.weight" in sd:
-        if not torch.equal(sd["lm_head.weight"], sd["model.embed_tokens.weight"]):
+    if tied:
+        if "lm_head.weight" in sd and not torch.equal(sd["lm_head.weight"], sd["model.embed_tokens.weight"]):
             fail(f"{arch}: lm_head is not the token embedding")
-    if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
-        fail(f"{arch}: lm_head does not share storage with embed_tokens")
+        if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
+            fail(f"{arch}: lm_head does not share storage with embed_tokens")
     lines = [f"all {len(reader.tensors)} GGUF tensors == own gguf-py dequantization after the expected transform; "
-             f"no parameter left unloaded; lm_head tied to embed_tokens; all fp32"]
+             f"no parameter left unloaded; lm_head {'tied to embed_tokens' if tied else '= output.weight'}; all fp32"]
     if arch == "llama":
         if n_perm != 2 * cfg.num_hidden_layers or not all(perm_changed):
             fail(f"llama: q/k un-permute not verified ({n_perm} tensors, changed={perm_changed})")
         lines.append(f"q/k un-permute verified on {n_perm} tensors (loaded = rows inverse-permuted; "
                      f"raw GGUF rows differ from loaded in every one)")
+    elif arch == "qwen2":
+        n_bias = sum(t.name.endswith(".bias") for t in reader.tensors)
+        if n_bias != 3 * cfg.num_hidden_layers:
+            fail(f"qwen2: expected {3 * cfg.num_hidden_layers} q/k/v biases, saw {n_bias}")
+        lines.append(f"{n_bias} q/k/v biases loaded; no permutation")
     else:
         if n_norm != 6 * cfg.num_hidden_layers + 1:
             fail(f"gemma3: expected {6 * cfg.num_hidden_layers + 1} norm tensors, saw {n_norm}")
@@ -345,7 +388,8 @@ def write_ref(path: Path, spec: dict, prompt: list[int], gen: list[int], gen_tex
     w = GGUFWriter(str(path), "kvprobe-ref")
     w.add_string("ref.model_file", spec["file"])
     w.add_string("ref.model_sha256", spec["sha256"])
-    w.add_string("ref.prompt_text", PROMPT)
+    w.add_string("ref.prompt_text", CHAT_PROMPT if spec.get("chat") else PROMPT)
+    w.add_uint32("ref.chat", 1 if spec.get("chat") else 0)
     w.add_key_value("ref.prompt_tokens", [int(t) for t in prompt], GGUFValueType.ARRAY,
                     sub_type=GGUFValueType.INT32)
     w.add_key_value("ref.generated_tokens", [int(t) for t in gen], GGUFValueType.ARRAY,
@@ -405,13 +449,25 @@ def run_model(spec: dict) -> dict:
     tok = AutoTokenizer.from_pretrained(str(MODELS), gguf_file=spec["file"])
     add_bos = bool(field_value(reader, "tokenizer.ggml.add_bos_token"))
     bos_id = int(field_value(reader, "tokenizer.ggml.bos_token_id"))
-    body = tok(PROMPT, add_special_tokens=False)["input_ids"]
-    prompt = ([bos_id] if add_bos else []) + list(body)
-    default_ids = tok(PROMPT)["input_ids"]
-    if default_ids != prompt:
-        fail(f"{spec['name']}: tokenizer default ids {default_ids} != {prompt} (add_bos_token={add_bos})")
-    if tok.decode(body, clean_up_tokenization_spaces=False) != PROMPT:
-        fail(f"{spec['name']}: decode(prompt) = {tok.decode(body)!r}")
+    if spec.get("chat"):
+        text = tok.apply_chat_template([{"role": "user", "content": CHAT_PROMPT}], add_generation_prompt=True,
+                                       tokenize=False)
+        body = tok(text, add_special_tokens=False)["input_ids"]
+        prompt = list(body)
+        if add_bos or not CHAT_PROMPT.isascii():
+            fail(f"{spec['name']}: chat prompt needs add_bos_token false and ASCII content")
+        if tok.apply_chat_template([{"role": "user", "content": CHAT_PROMPT}], add_generation_prompt=True,
+                                   tokenize=True)["input_ids"] != prompt:
+            fail(f"{spec['name']}: apply_chat_template ids differ")
+        log(f"chat prompt: {text!r}")
+    else:
+        body = tok(PROMPT, add_special_tokens=False)["input_ids"]
+        prompt = ([bos_id] if add_bos else []) + list(body)
+        default_ids = tok(PROMPT)["input_ids"]
+        if default_ids != prompt:
+            fail(f"{spec['name']}: tokenizer default ids {default_ids} != {prompt} (add_bos_token={add_bos})")
+        if tok.decode(body, clean_up_tokenization_spaces=False) != PROMPT:
+            fail(f"{spec['name']}: decode(prompt) = {tok.decode(body)!r}")
     pieces = tok.convert_ids_to_tokens(prompt)
     log(f"tokenizer: {type(tok).__name__}; add_bos_token={add_bos} (bos {bos_id})")
     log(f"prompt ids: {prompt}  pieces: {pieces}")

@@ -57,15 +57,29 @@ const gguf_file *kvp_model_gguf(const kvp_model *m);
 
 /* ---- execution context ------------------------------------------------------------------ */
 
+/* How matmul inputs meet quantized weights (float weights always take f32 kernels). */
+typedef enum kvp_precision {
+    KVP_PREC_Q8 = 0,   /* activations rounded to 8-bit blocks of 32 with one scale, integer
+                          kernels (llama.cpp's arithmetic): the fastest, generate's default */
+    KVP_PREC_Q8X2 = 1, /* two 8-bit planes, x ~ d1*q1 + d2*q2 with q2 the rounded residual
+                          (error <= max|x| / 64516 per block, 254x finer than q8): the same
+                          integer kernels over twice the rows; the sweep's default, because
+                          edited caches (ZERO) drive q8 far from the reference */
+    KVP_PREC_F32 = 2,  /* f32 activations on dequantized weights: the parity path (--exact),
+                          within 1e-3 of transformers */
+} kvp_precision;
+
+/* "q8", "q8x2", "f32"; kvp_precision_from_name returns -1 for an unknown name. */
+const char *kvp_precision_name(kvp_precision p);
+int kvp_precision_from_name(const char *name, kvp_precision *out);
+
 typedef struct kvp_ctx_params {
     int n_threads;  /* 0 = number of online CPUs */
     int max_batch;  /* rows per forward call (prefill chunk / fork batch); 0 = 64 */
-    int exact;      /* 1: f32 activations in every matmul (the parity path, within 1e-3 of
-                       transformers); 0: quantized weights meet 8-bit activations in integer
-                       kernels (faster; deviation measured in README "Parity") */
-    int emulate_q8; /* with exact = 0: f32 kernels on the 8-bit-rounded activations, i.e. the
-                       fast path's arithmetic without its integer kernels (tests use it to
-                       tell kernel errors from rounding) */
+    kvp_precision precision;
+    int emulate;    /* q8 / q8x2: f32 kernels on the rounded activations, i.e. the path's
+                       arithmetic without its integer kernels (tests use it to tell kernel
+                       errors from rounding) */
 } kvp_ctx_params;
 
 typedef struct kvp_ctx kvp_ctx;
@@ -74,7 +88,7 @@ kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err
 void kvp_ctx_free(kvp_ctx *ctx);
 int kvp_ctx_threads(const kvp_ctx *ctx);
 int kvp_ctx_max_batch(const kvp_ctx *ctx);
-int kvp_ctx_exact(const kvp_ctx *ctx);
+kvp_precision kvp_ctx_precision(const kvp_ctx *ctx);
 
 struct kvp_kv;
 

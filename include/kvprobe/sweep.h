@@ -69,12 +69,17 @@ typedef struct kvp_sweep_opts {
     int kl_steps;               /* KL window after the edit (default 8) */
     int quiet;                  /* no progress line */
     int no_report;              /* skip summary/report at the end */
-    int exact;                  /* f32 activations (the parity path) instead of 8-bit */
+    const char *precision;      /* matmul activations: "q8x2" (NULL: the default), "q8", or "f32"
+                                   (the parity path); see kvp_precision */
     kvp_readout readout;        /* label / choice tasks: how the answer is read (see kvp_readout) */
     int shots;                  /* few-shot: this many demonstrations (the dataset's last rows) as
                                    earlier user/assistant turns; 0 = zero-shot */
     kvp_prompt_format format;   /* instruct (default) or cloze (label / choice datasets, loglik read-outs) */
 } kvp_sweep_opts;
+
+/* The sweep's default precision: two 8-bit planes, whose records agree with f32 on edited
+ * caches too (q8 does not under ZERO; docs/results.md, "Numeric path"). */
+#define KVP_SWEEP_PRECISION KVP_PREC_Q8X2
 
 int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err);
 

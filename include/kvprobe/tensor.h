@@ -83,6 +83,9 @@ typedef struct kvp_qact {
 int kvp_qdot_supported(enum kvp_type type);
 /* Quantize n floats (a multiple of 32) into q[n] and d[n / 32]. */
 void kvp_quantize_act_row(const float *x, int64_t n, int8_t *q, float *d);
+/* The same, then the residual of each block (x - d*q, |.| <= d/2) quantized again into
+ * q2 / d2: x ~ d*q + d2*q2 to within max|x| / 64516 per block. */
+void kvp_quantize_act_row2(const float *x, int64_t n, int8_t *q, float *d, int8_t *q2, float *d2);
 /* out[j][r] = row r of the weights . activation row j, for r in [r0, r1) and j < a->nb.
  * Weight rows are row_bytes apart and hold a->n elements. Splitting [r0, r1) at
  * multiples of kvp_qdot_row_multiple() keeps every tile full. */

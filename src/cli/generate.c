@@ -21,7 +21,7 @@ typedef struct gen_opts {
     int no_bos;
     int print_ids;
     int ignore_eog;
-    int exact;
+    kvp_precision precision;
     long batch;
     cli_chat chat;
 } gen_opts;
@@ -39,8 +39,9 @@ static void gen_usage(FILE *f) {
             "  --seed S             sampling seed (default 1)\n"
             "  --ctx N              KV cache positions (default prompt + n)\n"
             "  --kv-f16             store the KV cache in f16 (default f32)\n"
-            "  --exact              f32 activations in every matmul (the parity path; default: 8-bit\n"
-            "                       activations with integer kernels for quantized weights)\n"
+            "  --precision P        matmul activations: q8 (default: 8-bit blocks, integer kernels),\n"
+            "                       q8x2 (two 8-bit planes, ~16-bit), f32 (the parity path)\n"
+            "  --exact              = --precision f32 (within 1e-3 of transformers)\n"
             "  --batch N            prompt tokens per forward pass (default 64)\n"
             "  --no-bos             do not prepend BOS to -p text\n"
             "  --ignore-eog         keep generating past end-of-generation tokens\n"
@@ -69,7 +70,14 @@ static int parse_opts(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--top-k")) { NEEDV(); if (cli_int(a, v, 0, 1 << 30, &o->top_k)) return -1; }
         else if (!strcmp(a, "--seed")) { NEEDV(); if (cli_int(a, v, 0, 0x7fffffff, &o->seed)) return -1; }
         else if (!strcmp(a, "--kv-f16")) o->kv_f16 = 1;
-        else if (!strcmp(a, "--exact")) o->exact = 1;
+        else if (!strcmp(a, "--exact")) o->precision = KVP_PREC_F32;
+        else if (!strcmp(a, "--precision")) {
+            NEEDV();
+            if (kvp_precision_from_name(v, &o->precision)) {
+                fprintf(stderr, "kvprobe generate: --precision must be q8, q8x2 or f32, got '%s'\n", v);
+                return -1;
+            }
+        }
         else if (!strcmp(a, "--batch")) { NEEDV(); if (cli_int(a, v, 1, 4096, &o->batch)) return -1; }
         else if (!strcmp(a, "--no-bos")) o->no_bos = 1;
         else if (!strcmp(a, "--ids")) o->print_ids = 1;
@@ -196,7 +204,7 @@ int cmd_generate(int argc, char **argv) {
         rc = 1;
         goto out;
     }
-    kvp_ctx_params cp = {.n_threads = (int)o.threads, .max_batch = (int)o.batch, .exact = o.exact};
+    kvp_ctx_params cp = {.n_threads = (int)o.threads, .max_batch = (int)o.batch, .precision = o.precision};
     long n_ctx = o.ctx ? o.ctx : n_prompt + o.n_predict;
     if (n_ctx < n_prompt + o.n_predict) {
         fprintf(stderr, "kvprobe generate: --ctx %ld is smaller than prompt (%d) + -n (%ld)\n", n_ctx, n_prompt,
@@ -233,9 +241,10 @@ int cmd_generate(int argc, char **argv) {
     if (u.n) fwrite(u.pend, 1, (size_t)u.n, stdout);
     printf("\n");
     double t2 = now_s();
-    fprintf(stderr, "kvprobe: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s), %d threads, %s\n",
+    fprintf(stderr, "kvprobe: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s), %d threads, %s activations (%s)\n",
             n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0,
-            kvp_ctx_threads(ctx), kvp_ctx_exact(ctx) ? "exact f32 activations" : kvp_qdot_isa());
+            kvp_ctx_threads(ctx), kvp_precision_name(kvp_ctx_precision(ctx)),
+            kvp_ctx_precision(ctx) == KVP_PREC_F32 ? "f32 kernels" : kvp_qdot_isa());
     goto out;
 fail:
     rc = cli_error(&err);

@@ -39,7 +39,9 @@ static void sweep_usage(FILE *f) {
             "  --out DIR              output directory (default sweep-out); rerunning resumes\n"
             "  -t, --threads N        threads\n"
             "  --unbatched            decode every cell alone (same records; for benchmarks)\n"
-            "  --exact                f32 activations in every matmul (the parity path; default 8-bit)\n"
+            "  --precision P          matmul activations: q8x2 (default: two 8-bit planes, agrees with\n"
+            "                         f32 on edited caches), q8 (fastest; drifts under ZERO), f32\n"
+            "  --exact                = --precision f32 (the parity path, within 1e-3 of transformers)\n"
             "  --quiet                no progress line\n"
             "  --prompts-only         print each example's prompt, token ids, segments and BLANK donor\n"
             "                         as JSON lines on stdout, and run nothing\n"
@@ -74,7 +76,8 @@ int cmd_sweep(int argc, char **argv) {
                     !strcmp(a, "--layers") || !strcmp(a, "--steps") || !strcmp(a, "--span") || !strcmp(a, "--max-new-tokens") ||
                     !strcmp(a, "--filler") || !strcmp(a, "--system") || !strcmp(a, "--template") || !strcmp(a, "--data-dir") ||
                     !strcmp(a, "--seed") || !strcmp(a, "--out") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
-                    !strcmp(a, "--shots") || !strcmp(a, "--readout") || !strcmp(a, "--format");
+                    !strcmp(a, "--shots") || !strcmp(a, "--readout") || !strcmp(a, "--format") ||
+                    !strcmp(a, "--precision");
         if (takes && !v) {
             fprintf(stderr, "kvprobe sweep: %s needs a value\n", a);
             return 1;
@@ -91,7 +94,8 @@ int cmd_sweep(int argc, char **argv) {
         else if (!strcmp(a, "--thinking")) o.thinking = 1;
         else if (!strcmp(a, "--skip-bad-rows")) o.skip_bad_rows = 1;
         else if (!strcmp(a, "--unbatched")) o.unbatched = 1;
-        else if (!strcmp(a, "--exact")) o.exact = 1;
+        else if (!strcmp(a, "--exact")) o.precision = "f32";
+        else if (!strcmp(a, "--precision")) o.precision = v;
         else if (!strcmp(a, "--prompts-only")) prompts_only = 1;
         else if (!strcmp(a, "--quiet")) o.quiet = 1;
         else if (!strcmp(a, "--seed")) {

@@ -74,6 +74,7 @@ typedef struct run_ctx {
     kvp_template tmpl;
     kvp_dataset ds;
     kvp_ctx *ctx;
+    kvp_precision prec;
     int max_new;
     int kl_steps;
     kvp_condition conds[KVP_COND_COUNT];
@@ -207,7 +208,7 @@ static int check_config(run_ctx *r, const char *dir) {
     cJSON_AddBoolToObject(c, "thinking", o->thinking);
     cJSON_AddNumberToObject(c, "seed", (double)o->seed);
     cJSON_AddNumberToObject(c, "kl_steps", r->kl_steps);
-    cJSON_AddStringToObject(c, "activations", o->exact ? "f32" : "q8");
+    cJSON_AddStringToObject(c, "activations", kvp_precision_name(r->prec));
     if (o->shots) cJSON_AddNumberToObject(c, "shots", o->shots);
     if (o->readout) cJSON_AddStringToObject(c, "readout", readout_name(o->readout));
     if (o->format == KVP_FORMAT_CLOZE) cJSON_AddStringToObject(c, "format", "cloze");
@@ -379,7 +380,7 @@ static int write_record(run_ctx *r, const kvp_example *ex, const char *cond, int
     cJSON_AddNumberToObject(j, "first_divergence", first_div);
     cJSON_AddStringToObject(j, "model_sha256", r->model_sha);
     cJSON_AddStringToObject(j, "kvprobe_version", KVPROBE_VERSION);
-    cJSON_AddStringToObject(j, "activations", r->o->exact ? "f32" : "q8");
+    cJSON_AddStringToObject(j, "activations", kvp_precision_name(r->prec));
     cJSON *t = cJSON_AddObjectToObject(j, "timing");
     cJSON_AddNumberToObject(t, "seconds", round(seconds * 1e4) / 1e4);
     char *line = cJSON_PrintUnformatted(j);
@@ -942,7 +943,10 @@ static int setup(run_ctx *r) {
     int cells_per_w = 0;
     for (int c = 0; c < r->n_conds; c++) cells_per_w += r->conds[c] != KVP_COND_CLEAN ? r->n_layers : 0;
     int batch = cells_per_w * r->n_steps; /* all cells of an example decode together */
-    kvp_ctx_params cp = {o->threads, batch > 64 ? batch : 64, o->exact, 0};
+    r->prec = KVP_SWEEP_PRECISION;
+    if (o->precision && kvp_precision_from_name(o->precision, &r->prec))
+        return kvp_fail(err, KVP_E_INVALID, "unknown precision '%s' (q8, q8x2, f32)", o->precision);
+    kvp_ctx_params cp = {o->threads, batch > 64 ? batch : 64, r->prec, 0};
     if (!(r->ctx = kvp_ctx_new(r->m, &cp, err))) return err->code;
     sha256_hex(g->map, g->size, r->model_sha);
     r->cells_total = (long)r->ds.n * (1 + (long)r->n_steps * cells_per_w);

@@ -118,6 +118,15 @@ void kvp_quantize_act_row(const float *x, int64_t n, int8_t *q, float *d) {
     }
 }
 
+void kvp_quantize_act_row2(const float *x, int64_t n, int8_t *q, float *d, int8_t *q2, float *d2) {
+    kvp_quantize_act_row(x, n, q, d);
+    float r[QB];
+    for (int64_t b = 0; b < n / QB; b++) {
+        for (int i = 0; i < QB; i++) r[i] = x[b * QB + i] - d[b] * (float)q[b * QB + i];
+        kvp_quantize_act_row(r, QB, q2 + b * QB, d2 + b);
+    }
+}
+
 /* ---- weights: one 32-element block as (u, sc, mn), portable ------------------------------- */
 
 /* Offset subtracted from u, per type (0: the type has mins instead). */
@@ -565,7 +574,8 @@ INLINE void tile512(int t, int rm, int rn, int64_t nblk, int64_t r0, const kvp_q
 }
 #endif
 
-/* All activation tiles for rows [r, r + rm). */
+/* All activation tiles for rows [r, r + rm): full tiles of RN, then one tile of the rest
+ * (so two activations, q8x2's planes of one row, read each weight block once). */
 INLINE void row_tile(int t, int rm, const uint8_t *w, size_t rb, int64_t nblk, int64_t r, const kvp_qact *a,
                      const wbuf *wb, float *const *out) {
     if (wb) unpack_rows(t, w, rb, nblk, r, rm, wb);
@@ -573,12 +583,18 @@ INLINE void row_tile(int t, int rm, const uint8_t *w, size_t rb, int64_t nblk, i
 #ifdef QD_512
     if (wb) { /* batched: two blocks per vector */
         for (; j + RN <= a->nb; j += RN) tile512(t, rm, RN, nblk, r, a, j, wb, out);
-        for (; j < a->nb; j++) tile512(t, rm, 1, nblk, r, a, j, wb, out);
+#if RN > 2
+        if (a->nb - j == 2) tile512(t, rm, 2, nblk, r, a, j, wb, out);
+#endif
+        if (a->nb - j == 1) tile512(t, rm, 1, nblk, r, a, j, wb, out);
         return;
     }
 #endif
     for (; j + RN <= a->nb; j += RN) tile(t, rm, RN, w, rb, nblk, r, a, j, wb, out);
-    for (; j < a->nb; j++) tile(t, rm, 1, w, rb, nblk, r, a, j, wb, out);
+#if RN > 2
+    if (a->nb - j == 2) tile(t, rm, 2, w, rb, nblk, r, a, j, wb, out);
+#endif
+    if (a->nb - j == 1) tile(t, rm, 1, w, rb, nblk, r, a, j, wb, out);
 }
 
 /* Full row tiles, then single rows at the edge (the same per-element arithmetic, so the edges

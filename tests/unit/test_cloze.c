@@ -89,7 +89,7 @@ static void check_golden(const char *model, const char *golden) {
         cJSON *g = gtext ? cJSON_Parse(gtext) : NULL, *gex = cJSON_GetObjectItem(g, "examples");
         CHECK(cJSON_GetArraySize(gex) == 8, "%s: golden missing or malformed", golden);
         kvp_sweep_opts o = {.model_path = model, .dataset = "arc-easy:8", .out_dir = DIR "-hf", .threads = 2, .quiet = 1,
-                            .readout = KVP_READOUT_LOGLIK, .format = KVP_FORMAT_CLOZE, .exact = 1,
+                            .readout = KVP_READOUT_LOGLIK, .format = KVP_FORMAT_CLOZE, .precision = "f32",
                             .conds = {KVP_COND_CLEAN}, .n_conds = 1, .layers = {0}, .n_layers = 1, .steps = {0},
                             .n_steps = 1, .max_new_tokens = 1, .no_report = 1};
         system("rm -rf " DIR "-hf");
@@ -168,7 +168,7 @@ int main(void) {
 
     env e = {0};
     e.m = kvp_model_load(MODEL, &err);
-    kvp_ctx_params cp = {1, 64, 0, 0};
+    kvp_ctx_params cp = {1, 64, KVP_SWEEP_PRECISION, 0}; /* the sweep's own path */
     e.ctx = e.m ? kvp_ctx_new(e.m, &cp, &err) : NULL;
     e.tok = e.m ? kvp_tokenizer_load(kvp_model_gguf(e.m), &err) : NULL;
     if (!e.tok) {

@@ -59,11 +59,11 @@ static double max_abs_diff(const float *a, const float *b, int n) {
 
 /* Prefill the prompt, then greedy-decode feeding the REFERENCE tokens (so a late divergence
  * cannot hide earlier errors); returns the worst |delta| and counts token disagreements. */
-/* exact: 1 = f32 activations, 0 = fast path, 2 = fast path emulated with f32 kernels. */
-static double run_model_path(kvp_model *m, const ref *r, int threads, int max_batch, kvp_kv_type kvt, int exact,
-                             int *mismatch, float *all_out) {
+/* emulate: the precision's rounding with f32 kernels instead of its integer ones. */
+static double run_model_path(kvp_model *m, const ref *r, int threads, int max_batch, kvp_kv_type kvt, kvp_precision prec,
+                             int emulate, int *mismatch, float *all_out) {
     kvp_error err = {0};
-    kvp_ctx_params cp = {threads, max_batch, exact == 1, exact == 2};
+    kvp_ctx_params cp = {threads, max_batch, prec, emulate};
     kvp_ctx *ctx = kvp_ctx_new(m, &cp, &err);
     int n_pos = r->n_prompt + r->n_gen - 1, V = r->n_vocab;
     kvp_kv *kv = kvp_kv_new(m, n_pos + 1, kvt, &err);
@@ -98,7 +98,7 @@ done:
 
 static double run_model(kvp_model *m, const ref *r, int threads, int max_batch, kvp_kv_type kvt, int *mismatch,
                         float *all_out) {
-    return run_model_path(m, r, threads, max_batch, kvt, 1, mismatch, all_out);
+    return run_model_path(m, r, threads, max_batch, kvt, KVP_PREC_F32, 0, mismatch, all_out);
 }
 
 static void check_model(const char *name) {
@@ -148,32 +148,43 @@ static void check_model(const char *name) {
         CHECK(mism == 0, "%d greedy tokens differ with f16 KV", mism);
         NOTE("%s: f16 KV cache max |delta logit| = %.3g of max |logit| %.3g", name, d16, range);
     }
-    snprintf(title, sizeof title, "parity %s: fast path tracks its f32 emulation and transformers, deterministic", name);
-    TEST(title) {
-        /* Integer kernels vs f32 kernels fed the same 8-bit-rounded activations. The two differ
-         * by f32 summation order, which now and then flips one activation's rounding; random
-         * tiny models amplify such flips (and the rounding itself) far more than real ones, so
-         * the bounds here are relative to the logit range: wiring errors give O(range). The
-         * tight bound is in test_real.c. */
-        double range = 0;
-        for (size_t i = 0; i < (size_t)n_pos * r.n_vocab; i++) range = fmax(range, fabs(r.logits[i]));
-        float *emu = malloc((size_t)n_pos * r.n_vocab * sizeof(float));
-        int mism_fast, mism_emu;
-        run_model_path(m, &r, 1, 64, KVP_KV_F32, 2, &mism_emu, emu);
-        double dhf = run_model_path(m, &r, 1, 64, KVP_KV_F32, 0, &mism_fast, base), de = 0;
-        for (int p = 0; p < n_pos; p++)
-            de = fmax(de, max_abs_diff(base + (size_t)p * r.n_vocab, emu + (size_t)p * r.n_vocab, r.n_vocab));
-        CHECK(de <= 0.05 * range, "fast path vs emulation max |delta logit| = %.3g (range %.3g)", de, range);
-        CHECK(dhf <= 0.25 * range, "fast path vs transformers max |delta logit| = %.3g (range %.3g)", dhf, range);
-        NOTE("%s: fast path (%s) vs its emulation %.3g, vs transformers %.3g (max |logit| %.3g), %d/%d greedy tokens differ",
-             name, kvp_qdot_isa(), de, dhf, range, mism_fast, r.n_gen);
-        int batches[] = {1, 5};
-        for (int i = 0; i < 2; i++) {
-            run_model_path(m, &r, 2, batches[i], KVP_KV_F32, 0, &mism, other);
-            CHECK(memcmp(base, other, (size_t)n_pos * r.n_vocab * sizeof(float)) == 0, "fast path: batch %d, 2 threads differs",
-                  batches[i]);
+    /* Integer kernels vs f32 kernels fed the same rounded activations. The two differ by f32
+     * summation order, which now and then flips one activation's rounding; random tiny models
+     * amplify such flips (and the rounding itself) far more than real ones, so the bounds here
+     * are relative to the logit range: wiring errors give O(range). q8x2's rounding is 254x
+     * finer than q8's, and so are its bounds (measured: q8x2 within 6e-4 of the range). The
+     * tight bounds on real models are in test_real.c. */
+    static const struct {
+        kvp_precision prec;
+        double emu_bound, hf_bound;
+    } paths[] = {{KVP_PREC_Q8, 0.05, 0.25}, {KVP_PREC_Q8X2, 0.05 / 64, 0.25 / 64}};
+    for (int k = 0; k < 2; k++) {
+        kvp_precision prec = paths[k].prec;
+        snprintf(title, sizeof title, "parity %s: %s path tracks its f32 emulation and transformers, deterministic", name,
+                 kvp_precision_name(prec));
+        TEST(title) {
+            double range = 0;
+            for (size_t i = 0; i < (size_t)n_pos * r.n_vocab; i++) range = fmax(range, fabs(r.logits[i]));
+            float *emu = malloc((size_t)n_pos * r.n_vocab * sizeof(float));
+            int mism_fast, mism_emu;
+            run_model_path(m, &r, 1, 64, KVP_KV_F32, prec, 1, &mism_emu, emu);
+            double dhf = run_model_path(m, &r, 1, 64, KVP_KV_F32, prec, 0, &mism_fast, base), de = 0;
+            for (int p = 0; p < n_pos; p++)
+                de = fmax(de, max_abs_diff(base + (size_t)p * r.n_vocab, emu + (size_t)p * r.n_vocab, r.n_vocab));
+            CHECK(de <= paths[k].emu_bound * range, "%s vs emulation max |delta logit| = %.3g (range %.3g)",
+                  kvp_precision_name(prec), de, range);
+            CHECK(dhf <= paths[k].hf_bound * range, "%s vs transformers max |delta logit| = %.3g (range %.3g)",
+                  kvp_precision_name(prec), dhf, range);
+            NOTE("%s: %s (%s) vs its emulation %.3g, vs transformers %.3g (max |logit| %.3g), %d/%d greedy tokens differ",
+                 name, kvp_precision_name(prec), kvp_qdot_isa(), de, dhf, range, mism_fast, r.n_gen);
+            int batches[] = {1, 5};
+            for (int i = 0; i < 2; i++) {
+                run_model_path(m, &r, 2, batches[i], KVP_KV_F32, prec, 0, &mism, other);
+                CHECK(memcmp(base, other, (size_t)n_pos * r.n_vocab * sizeof(float)) == 0,
+                      "%s: batch %d, 2 threads differs", kvp_precision_name(prec), batches[i]);
+            }
+            free(emu);
         }
-        free(emu);
     }
     free(base);
     free(other);
