@@ -70,22 +70,25 @@ float kvp_dot_f32(const float *a, const float *b, int64_t n);
 /* ---- the fast path: 8-bit activations, integer block dots (src/tensor/qdot.c) ----------
  * Activation rows are quantized to blocks of 32 int8 with one f32 scale (d = max|x| / 127);
  * weight blocks are dotted with them in integer arithmetic and scaled once per 16 elements.
- * Not exact: the result differs from kvp_dot_row by the activations' rounding (README,
- * "Parity"). Deterministic: batching, tiling and threading never change a bit. */
+ * With a residual plane (q8x2) each block is x ~ d * (q + lo / 256): 16-bit activations
+ * whose dot is two 8-bit dots combined in integers. Not exact: the result differs from
+ * kvp_dot_row by the activations' rounding (README, "Parity"). Deterministic: batching,
+ * tiling and threading never change a bit. */
 typedef struct kvp_qact {
     int64_t n;  /* elements per row, a multiple of 32 */
     int nb;     /* rows */
     int8_t *q;  /* [nb][n] */
     float *d;   /* [nb][n / 32] block scales */
+    int8_t *lo; /* [nb][n] residual plane in units of d / 256, or NULL (q8) */
 } kvp_qact;
 
 /* 1 if weights of this type have an integer kernel (the quantized types). */
 int kvp_qdot_supported(enum kvp_type type);
 /* Quantize n floats (a multiple of 32) into q[n] and d[n / 32]. */
 void kvp_quantize_act_row(const float *x, int64_t n, int8_t *q, float *d);
-/* The same, then the residual of each block (x - d*q, |.| <= d/2) quantized again into
- * q2 / d2: x ~ d*q + d2*q2 to within max|x| / 64516 per block. */
-void kvp_quantize_act_row2(const float *x, int64_t n, int8_t *q, float *d, int8_t *q2, float *d2);
+/* The same q and d, plus the residual x/d - q (|.| <= 1/2) in units of 1/256 into lo (clamped
+ * to +-127): x ~ d * (q + lo / 256) to within d / 512 (d / 256 where the clamp bites). */
+void kvp_quantize_act_row2(const float *x, int64_t n, int8_t *q, float *d, int8_t *lo);
 /* out[j][r] = row r of the weights . activation row j, for r in [r0, r1) and j < a->nb.
  * Weight rows are row_bytes apart and hold a->n elements. Splitting [r0, r1) at
  * multiples of kvp_qdot_row_multiple() keeps every tile full. */

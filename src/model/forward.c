@@ -21,17 +21,12 @@ struct kvp_ctx {
     int max_batch;
     kvp_precision prec;
     int emulate;
-    /* the current matmul input: in_rows rows of qin.n floats, in_ld apart, and (q8, q8x2) the
-     * same rows quantized, once for all the matmuls that read them; q8x2 puts the residual
-     * plane of row b at row in_rows + b (qin.nb = 2 * in_rows) */
+    /* the current matmul input: qin.nb rows of qin.n floats, in_ld apart, and (q8, q8x2) the
+     * same rows quantized, once for all the matmuls that read them */
     const float *in;
     int64_t in_ld;
-    int in_rows;
     kvp_qact qin;
     float *in_rounded;   /* emulate: the quantized rows dequantized, [max_batch][widest] */
-    float *lo;           /* q8x2: the residual planes' products, [max_batch][lo_ld] */
-    int64_t lo_ld;
-    float **outp2;       /* q8x2: [2 * max_batch] output rows of both planes */
     /* activations, [max_batch][width] */
     float *x, *xn, *q, *k, *v, *att, *ffa, *ffb, *tmp;
     float *rope_inv[2];  /* [n_rot/2] inverse frequencies: [0] global layers, [1] sliding-window */
@@ -92,7 +87,7 @@ kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err
     c->max_batch = p->max_batch > 0 ? p->max_batch : 64;
     c->prec = p->precision;
     c->emulate = c->prec != KVP_PREC_F32 && p->emulate;
-    size_t B = (size_t)c->max_batch, T = (size_t)c->n_threads, planes = c->prec == KVP_PREC_Q8X2 ? 2 : 1;
+    size_t B = (size_t)c->max_batch, T = (size_t)c->n_threads;
     size_t qw = (size_t)hp->n_head * hp->head_dim, kw = (size_t)hp->n_head_kv * hp->head_dim,
            vw = (size_t)hp->n_head_kv * hp->head_dim_v, aw = (size_t)hp->n_head * hp->head_dim_v;
     size_t hd = (size_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v);
@@ -115,17 +110,11 @@ kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err
     size_t widest = (size_t)hp->n_embd;
     if ((size_t)hp->n_ff > widest) widest = (size_t)hp->n_ff;
     if (aw > widest) widest = aw;
-    c->qin.q = malloc(planes * B * widest);
-    c->qin.d = alloc_f(planes * B * (widest / 32 + 1));
+    c->qin.q = malloc(B * widest);
+    c->qin.d = alloc_f(B * (widest / 32 + 1));
     if (!c->qin.q || !c->qin.d) goto oom;
+    if (c->prec == KVP_PREC_Q8X2 && !(c->qin.lo = malloc(B * widest))) goto oom;
     if (c->emulate && !(c->in_rounded = alloc_f(B * widest))) goto oom;
-    if (c->prec == KVP_PREC_Q8X2 && !c->emulate) {
-        size_t outw = (size_t)hp->n_vocab;
-        size_t ws[] = {(size_t)hp->n_embd, (size_t)hp->n_ff, qw, kw, vw};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) outw = ws[i] > outw ? ws[i] : outw;
-        c->lo_ld = (int64_t)outw;
-        if (!(c->lo = alloc_f(B * outw)) || !(c->outp2 = calloc(2 * B, sizeof *c->outp2))) goto oom;
-    }
     if (!c->x || !c->xn || !c->tmp || !c->q || !c->k || !c->v || !c->att || !c->ffa || !c->ffb ||
         !c->rope_inv[0] || !c->rope_inv[1] || !c->rope_cs || !c->kvbuf || !c->dotbuf || !c->outp || !c->rows)
         goto oom;
@@ -142,14 +131,13 @@ void kvp_ctx_free(kvp_ctx *c) {
     if (!c) return;
     kvp_pool_free(c->pool);
     float *bufs[] = {c->x, c->xn, c->tmp, c->q, c->k, c->v, c->att, c->ffa, c->ffb,
-                     c->rope_inv[0], c->rope_inv[1], c->rope_cs, c->scores, c->kvbuf, c->dotbuf, c->in_rounded,
-                     c->lo};
+                     c->rope_inv[0], c->rope_inv[1], c->rope_cs, c->scores, c->kvbuf, c->dotbuf, c->in_rounded};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->outp);
-    free(c->outp2);
     free(c->rows);
     free(c->qin.q);
     free(c->qin.d);
+    free(c->qin.lo);
     free(c);
 }
 
@@ -165,28 +153,23 @@ static void for_each_row(kvp_ctx *c, const kvp_row *rows, int n, int il, void (*
 
 static void row_quantize(kvp_ctx *c, const kvp_row *rows, int b, int il) {
     (void)rows, (void)il;
-    int64_t n = c->qin.n, nblk = n / 32;
+    int64_t n = c->qin.n;
     const float *x = c->in + b * c->in_ld;
-    int8_t *q = c->qin.q + (size_t)b * n, *q2 = NULL;
-    float *d = c->qin.d + (size_t)b * nblk, *d2 = NULL;
-    if (c->prec == KVP_PREC_Q8X2) {
-        q2 = c->qin.q + (size_t)(c->in_rows + b) * n;
-        d2 = c->qin.d + (size_t)(c->in_rows + b) * nblk;
-        kvp_quantize_act_row2(x, n, q, d, q2, d2);
-    } else {
-        kvp_quantize_act_row(x, n, q, d);
-    }
-    if (c->emulate)
+    int8_t *q = c->qin.q + (size_t)b * n, *lo = c->qin.lo ? c->qin.lo + (size_t)b * n : NULL;
+    float *d = c->qin.d + (size_t)b * (n / 32);
+    if (lo) kvp_quantize_act_row2(x, n, q, d, lo);
+    else kvp_quantize_act_row(x, n, q, d);
+    if (c->emulate) /* x ~ d * (q + lo / 256) */
         for (int64_t i = 0; i < n; i++)
-            c->in_rounded[(size_t)b * n + i] = d[i / 32] * (float)q[i] + (q2 ? d2[i / 32] * (float)q2[i] : 0.0f);
+            c->in_rounded[(size_t)b * n + i] =
+                d[i / 32] * (lo ? (float)(256 * q[i] + lo[i]) * (1.0f / 256.0f) : (float)q[i]);
 }
 
 static void set_input(kvp_ctx *c, const float *in, int64_t ld, int nb, int64_t n) {
     c->in = in;
     c->in_ld = ld;
-    c->in_rows = nb;
     c->qin.n = n;
-    c->qin.nb = c->prec == KVP_PREC_Q8X2 ? 2 * nb : nb;
+    c->qin.nb = nb;
     if (c->prec == KVP_PREC_F32 || n % 32) return;
     for_each_row(c, NULL, nb, 0, row_quantize);
 }
@@ -200,8 +183,7 @@ static int use_qdot(const kvp_ctx *c, const kvp_weight *w) {
 typedef struct matmul_job {
     kvp_ctx *c;
     const kvp_weight *w;
-    float *const *out; /* q8x2 on the integer kernels: 2 * n_lo rows, the residual planes last */
-    int n_lo;
+    float *const *out;
     int64_t rows_per_task;
 } matmul_job;
 
@@ -213,11 +195,9 @@ static void matmul_task(void *arg, int task, int thread) {
     if (r1 > w->n_out) r1 = w->n_out;
     if (use_qdot(c, w)) {
         kvp_qdot_rows(w->type, w->data, w->row_bytes, r0, r1, &c->qin, j->out);
-        for (int b = 0; b < j->n_lo; b++) /* each product is its two planes' sum */
-            for (int64_t r = r0; r < r1; r++) j->out[b][r] += j->out[j->n_lo + b][r];
         return;
     }
-    int nb = c->in_rows;
+    int nb = c->qin.nb;
     const float *in = c->in;
     int64_t ld = c->in_ld;
     if (c->emulate && kvp_qdot_supported(w->type)) in = c->in_rounded, ld = c->qin.n;
@@ -234,21 +214,13 @@ static void matmul(kvp_ctx *c, const kvp_weight *w, float *const *out) {
     int64_t rpt = (w->n_out + target - 1) / target;
     if (rpt < 4) rpt = 4;
     rpt = (rpt + mult - 1) / mult * mult;
-    matmul_job j = {c, w, out, 0, rpt};
-    if (c->prec == KVP_PREC_Q8X2 && use_qdot(c, w)) {
-        for (int b = 0; b < c->in_rows; b++) {
-            c->outp2[b] = out[b];
-            c->outp2[c->in_rows + b] = c->lo + (size_t)b * c->lo_ld;
-        }
-        j.out = c->outp2;
-        j.n_lo = c->in_rows;
-    }
+    matmul_job j = {c, w, out, rpt};
     kvp_pool_run(c->pool, matmul_task, &j, (int)((w->n_out + rpt - 1) / rpt));
 }
 
 /* Matmul into a dense [nb][n_out] buffer. */
 static void matmul_dense(kvp_ctx *c, const kvp_weight *w, float *out) {
-    for (int b = 0; b < c->in_rows; b++) c->outp[b] = out + (size_t)b * w->n_out;
+    for (int b = 0; b < c->qin.nb; b++) c->outp[b] = out + (size_t)b * w->n_out;
     matmul(c, w, c->outp);
 }
 

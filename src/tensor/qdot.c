@@ -118,12 +118,20 @@ void kvp_quantize_act_row(const float *x, int64_t n, int8_t *q, float *d) {
     }
 }
 
-void kvp_quantize_act_row2(const float *x, int64_t n, int8_t *q, float *d, int8_t *q2, float *d2) {
-    kvp_quantize_act_row(x, n, q, d);
-    float r[QB];
-    for (int64_t b = 0; b < n / QB; b++) {
-        for (int i = 0; i < QB; i++) r[i] = x[b * QB + i] - d[b] * (float)q[b * QB + i];
-        kvp_quantize_act_row(r, QB, q2 + b * QB, d2 + b);
+/* q and d as kvp_quantize_act_row computes them (the same amax, the same x * (1 / d) rounded
+ * to nearest even), so q8x2's first plane is q8's; the residual of that product is exact in f32. */
+void kvp_quantize_act_row2(const float *x, int64_t n, int8_t *q, float *d, int8_t *lo) {
+    for (int64_t b = 0; b < n / QB; b++, x += QB, q += QB, lo += QB) {
+        float amax = 0.0f;
+        for (int i = 0; i < QB; i++) amax = fmaxf(amax, fabsf(x[i]));
+        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        d[b] = db;
+        for (int i = 0; i < QB; i++) {
+            float t = x[i] * id, r = rintf(t);
+            long l = lrintf((t - r) * 256.0f);
+            q[i] = (int8_t)r;
+            lo[i] = (int8_t)(l > 127 ? 127 : l < -127 ? -127 : l); /* symmetric: AVX2 negates it */
+        }
     }
 }
 
@@ -270,7 +278,7 @@ static void qdot_portable(int t, const uint8_t *w, size_t rb, int64_t n, int64_t
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + r * rb;
         for (int j = 0; j < a->nb; j++) {
-            const int8_t *xq = a->q + (size_t)j * a->n;
+            const int8_t *xq = a->q + (size_t)j * a->n, *xl = a->lo ? a->lo + (size_t)j * a->n : NULL;
             const float *xd = a->d + (size_t)j * (a->n / QB);
             float acc = 0.0f;
             for (int64_t b = 0; b < nblk; b++) {
@@ -280,10 +288,14 @@ static void qdot_portable(int t, const uint8_t *w, size_t rb, int64_t n, int64_t
                 float blk = 0.0f;
                 for (int h = 0; h < 2; h++) {
                     int32_t dot = 0, s = 0;
-                    for (int l = 16 * h; l < 16 * h + 16; l++) dot += (int32_t)u[l] * xq[b * QB + l], s += xq[b * QB + l];
+                    for (int l = 16 * h; l < 16 * h + 16; l++) {
+                        /* q8x2: the activation in units of d / 256 */
+                        int32_t v = xl ? 256 * xq[b * QB + l] + xl[b * QB + l] : xq[b * QB + l];
+                        dot += (int32_t)u[l] * v, s += v;
+                    }
                     blk += sc[h] * (float)(dot - off * s) + mn[h] * (float)s;
                 }
-                acc += xd[b] * blk;
+                acc += (xl ? xd[b] * (1.0f / 256.0f) : xd[b]) * blk;
             }
             out[j][r] = acc;
         }
@@ -454,18 +466,29 @@ INLINE void unpack_rows(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_
         }
 }
 
-/* One block of a tile: acc[i][j] += dx_j * (sv_i * dot(u_i, x_j) (+ mv_i * sum(x_j))). */
-INLINE void tile_block(int t, int rm, int rn, const uint8_t *const *wr, int64_t nblk, int64_t b, const int8_t *const *xq,
-                       const float *const *xd, const wbuf *wb, __m256 acc[RM][RN]) {
+/* One block of a tile: acc[i][j] += dx_j * (sv_i * dot(u_i, x_j) (+ mv_i * sum(x_j))). With
+ * lo (q8x2) the activation is X = 256 x + x_lo in units of dx / 256, and both integer terms
+ * are combined before the conversion: dot(u, X) = 256 dot(u, x) + dot(u, x_lo). */
+INLINE void tile_block(int t, int rm, int rn, int lo, const uint8_t *const *wr, int64_t nblk, int64_t b,
+                       const int8_t *const *xq, const int8_t *const *xl, const float *const *xd, const wbuf *wb,
+                       __m256 acc[RM][RN]) {
     const int os = off_shift(t), has_min = type_has_min(t);
-    __m256i x[RN], src[RN];
+    __m256i x[RN], src[RN], xlo[RN], srclo[RN];
     __m256 dx[RN], xs[RN];
     for (int j = 0; j < rn; j++) {
         x[j] = _mm256_loadu_si256((const __m256i *)(xq[j] + b * QB));
         dx[j] = _mm256_broadcast_ss(xd[j] + b);
         src[j] = _mm256_setzero_si256();
-        if (os >= 0) src[j] = _mm256_sub_epi32(src[j], _mm256_slli_epi32(lane_sums(x[j]), os));
-        if (has_min) xs[j] = _mm256_cvtepi32_ps(lane_sums(x[j]));
+        __m256i ls = lane_sums(x[j]);
+        if (os >= 0) src[j] = _mm256_sub_epi32(src[j], _mm256_slli_epi32(ls, os));
+        if (lo) {
+            xlo[j] = _mm256_loadu_si256((const __m256i *)(xl[j] + b * QB));
+            dx[j] = _mm256_mul_ps(dx[j], _mm256_set1_ps(1.0f / 256.0f));
+            __m256i ll = lane_sums(xlo[j]);
+            srclo[j] = os >= 0 ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ll, os)) : _mm256_setzero_si256();
+            ls = _mm256_add_epi32(_mm256_slli_epi32(ls, 8), ll); /* sums of X, for the mins */
+        }
+        if (has_min) xs[j] = _mm256_cvtepi32_ps(ls);
     }
     for (int i = 0; i < rm; i++) {
         __m256i u;
@@ -479,17 +502,20 @@ INLINE void tile_block(int t, int rm, int rn, const uint8_t *const *wr, int64_t 
             load_block(t, wr[i], b, &u, &sv, &mv);
         }
         for (int j = 0; j < rn; j++) {
-            __m256 f = _mm256_cvtepi32_ps(dot_lanes(t, src[j], u, x[j]));
+            __m256i di = dot_lanes(t, src[j], u, x[j]);
+            if (lo) di = _mm256_add_epi32(_mm256_slli_epi32(di, 8), dot_lanes(t, srclo[j], u, xlo[j]));
+            __m256 f = _mm256_cvtepi32_ps(di);
             __m256 s = has_min ? _mm256_fmadd_ps(sv, f, _mm256_mul_ps(mv, xs[j])) : _mm256_mul_ps(sv, f);
             acc[i][j] = _mm256_fmadd_ps(dx[j], s, acc[i][j]);
         }
     }
 }
 
-/* Quants and scales of activation rows j0 .. j0 + rn - 1. */
-INLINE void act_rows(const kvp_qact *a, int j0, int rn, const int8_t **xq, const float **xd) {
+/* Quants, residual planes (q8x2) and scales of activation rows j0 .. j0 + rn - 1. */
+INLINE void act_rows(const kvp_qact *a, int j0, int rn, const int8_t **xq, const int8_t **xl, const float **xd) {
     for (int j = 0; j < rn; j++) {
         xq[j] = a->q + (size_t)(j0 + j) * a->n;
+        xl[j] = a->lo ? a->lo + (size_t)(j0 + j) * a->n : NULL;
         xd[j] = a->d + (size_t)(j0 + j) * (a->n / QB);
     }
 }
@@ -498,11 +524,11 @@ INLINE void act_rows(const kvp_qact *a, int j0, int rn, const int8_t **xq, const
  * Weight blocks come from the rows themselves (wb NULL) or from wb: the same values either
  * way, so the same bits. Even and odd blocks accumulate apart and meet at the end, which is
  * exactly what the 512-bit tile computes (two blocks per vector): all paths agree bit for bit. */
-INLINE void tile(int t, int rm, int rn, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, const kvp_qact *a, int j0,
-                 const wbuf *wb, float *const *out) {
-    const int8_t *xq[RN];
+INLINE void tile(int t, int rm, int rn, int lo, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, const kvp_qact *a,
+                 int j0, const wbuf *wb, float *const *out) {
+    const int8_t *xq[RN], *xl[RN];
     const float *xd[RN];
-    act_rows(a, j0, rn, xq, xd);
+    act_rows(a, j0, rn, xq, xl, xd);
     const uint8_t *wr[RM];
     for (int i = 0; i < rm; i++) wr[i] = w + (size_t)(r0 + i) * rb;
     __m256 even[RM][RN], odd[RM][RN];
@@ -512,8 +538,8 @@ INLINE void tile(int t, int rm, int rn, const uint8_t *w, size_t rb, int64_t nbl
     for (int64_t b = 0; b < nblk; b += 2) {
         if (!wb)
             for (int i = 0; i < rm; i++) _mm_prefetch((const char *)wr[i] + (size_t)b * bpb + PF_DIST, _MM_HINT_T0);
-        tile_block(t, rm, rn, wr, nblk, b, xq, xd, wb, even);
-        if (b + 1 < nblk) tile_block(t, rm, rn, wr, nblk, b + 1, xq, xd, wb, odd);
+        tile_block(t, rm, rn, lo, wr, nblk, b, xq, xl, xd, wb, even);
+        if (b + 1 < nblk) tile_block(t, rm, rn, lo, wr, nblk, b + 1, xq, xl, xd, wb, odd);
     }
     for (int i = 0; i < rm; i++)
         for (int j = 0; j < rn; j++) out[j0 + j][r0 + i] = hsum(_mm256_add_ps(even[i][j], odd[i][j]));
@@ -525,27 +551,36 @@ INLINE void tile(int t, int rm, int rn, const uint8_t *w, size_t rb, int64_t nbl
  * sequence of operations, whatever the tile or batch. */
 INLINE __m512 pair_ps(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
 
-INLINE void tile512(int t, int rm, int rn, int64_t nblk, int64_t r0, const kvp_qact *a, int j0, const wbuf *wb,
+INLINE void tile512(int t, int rm, int rn, int lo, int64_t nblk, int64_t r0, const kvp_qact *a, int j0, const wbuf *wb,
                     float *const *out) {
     const int os = off_shift(t), has_min = type_has_min(t);
-    const int8_t *xq[RN];
+    const int8_t *xq[RN], *xl[RN];
     const float *xd[RN];
-    act_rows(a, j0, rn, xq, xd);
+    act_rows(a, j0, rn, xq, xl, xd);
     const __m512i pair_idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     __m512 acc[RM][RN];
     for (int i = 0; i < rm; i++)
         for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nblk; b += 2) {
         int two = b + 1 < nblk;
-        __m512i x[RN], src[RN];
+        __m512i x[RN], src[RN], xlo[RN], srclo[RN];
         __m512 dx[RN], xs[RN];
+        const __m512i ones = _mm512_set1_epi8(1);
         for (int j = 0; j < rn; j++) {
             x[j] = two ? _mm512_loadu_si512(xq[j] + b * QB) : _mm512_maskz_loadu_epi8(0xffffffffULL, xq[j] + b * QB);
             __m128 d2 = two ? _mm_castpd_ps(_mm_load_sd((const double *)(xd[j] + b))) : _mm_load_ss(xd[j] + b);
             dx[j] = _mm512_permutexvar_ps(pair_idx, _mm512_castps128_ps512(d2));
             src[j] = _mm512_setzero_si512();
-            __m512i ls = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), x[j]);
+            __m512i ls = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, x[j]);
             if (os >= 0) src[j] = _mm512_sub_epi32(src[j], _mm512_slli_epi32(ls, (unsigned)os));
+            if (lo) { /* as tile_block */
+                xlo[j] = two ? _mm512_loadu_si512(xl[j] + b * QB) : _mm512_maskz_loadu_epi8(0xffffffffULL, xl[j] + b * QB);
+                dx[j] = _mm512_mul_ps(dx[j], _mm512_set1_ps(1.0f / 256.0f));
+                __m512i ll = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xlo[j]);
+                srclo[j] = os >= 0 ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(ll, (unsigned)os))
+                                   : _mm512_setzero_si512();
+                ls = _mm512_add_epi32(_mm512_slli_epi32(ls, 8), ll);
+            }
             if (has_min) xs[j] = _mm512_cvtepi32_ps(ls);
         }
         for (int i = 0; i < rm; i++) {
@@ -562,7 +597,9 @@ INLINE void tile512(int t, int rm, int rn, int64_t nblk, int64_t r0, const kvp_q
                 if (has_min) mv = pair_ps(wb->mv[k], _mm256_setzero_ps());
             }
             for (int j = 0; j < rn; j++) {
-                __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(src[j], u, x[j]));
+                __m512i di = _mm512_dpbusd_epi32(src[j], u, x[j]);
+                if (lo) di = _mm512_add_epi32(_mm512_slli_epi32(di, 8), _mm512_dpbusd_epi32(srclo[j], u, xlo[j]));
+                __m512 f = _mm512_cvtepi32_ps(di);
                 __m512 s = has_min ? _mm512_fmadd_ps(sv, f, _mm512_mul_ps(mv, xs[j])) : _mm512_mul_ps(sv, f);
                 acc[i][j] = _mm512_fmadd_ps(dx[j], s, acc[i][j]);
             }
@@ -576,40 +613,48 @@ INLINE void tile512(int t, int rm, int rn, int64_t nblk, int64_t r0, const kvp_q
 
 /* All activation tiles for rows [r, r + rm): full tiles of RN, then one tile of the rest
  * (so two activations, q8x2's planes of one row, read each weight block once). */
-INLINE void row_tile(int t, int rm, const uint8_t *w, size_t rb, int64_t nblk, int64_t r, const kvp_qact *a,
+INLINE void row_tile(int t, int rm, int lo, const uint8_t *w, size_t rb, int64_t nblk, int64_t r, const kvp_qact *a,
                      const wbuf *wb, float *const *out) {
     if (wb) unpack_rows(t, w, rb, nblk, r, rm, wb);
+    /* q8x2 holds twice the activation registers: narrower tiles keep them all in registers */
+    const int rn = lo && RN > 2 ? 2 : RN;
     int j = 0;
 #ifdef QD_512
     if (wb) { /* batched: two blocks per vector */
-        for (; j + RN <= a->nb; j += RN) tile512(t, rm, RN, nblk, r, a, j, wb, out);
+        for (; j + rn <= a->nb; j += rn) tile512(t, rm, rn, lo, nblk, r, a, j, wb, out);
 #if RN > 2
-        if (a->nb - j == 2) tile512(t, rm, 2, nblk, r, a, j, wb, out);
+        if (a->nb - j == 2) tile512(t, rm, 2, lo, nblk, r, a, j, wb, out);
 #endif
-        if (a->nb - j == 1) tile512(t, rm, 1, nblk, r, a, j, wb, out);
+        if (a->nb - j == 1) tile512(t, rm, 1, lo, nblk, r, a, j, wb, out);
         return;
     }
 #endif
-    for (; j + RN <= a->nb; j += RN) tile(t, rm, RN, w, rb, nblk, r, a, j, wb, out);
+    for (; j + rn <= a->nb; j += rn) tile(t, rm, rn, lo, w, rb, nblk, r, a, j, wb, out);
 #if RN > 2
-    if (a->nb - j == 2) tile(t, rm, 2, w, rb, nblk, r, a, j, wb, out);
+    if (a->nb - j == 2) tile(t, rm, 2, lo, w, rb, nblk, r, a, j, wb, out);
 #endif
-    if (a->nb - j == 1) tile(t, rm, 1, w, rb, nblk, r, a, j, wb, out);
+    if (a->nb - j == 1) tile(t, rm, 1, lo, w, rb, nblk, r, a, j, wb, out);
 }
 
 /* Full row tiles, then single rows at the edge (the same per-element arithmetic, so the edges
  * give the bits a full tile would). */
-INLINE void qdot_type(int t, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
+INLINE void qdot_type(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
                       const wbuf *wb, float *const *out) {
     int64_t nblk = n / QB, r = r0;
-    for (; r + RM <= r1; r += RM) row_tile(t, RM, w, rb, nblk, r, a, wb, out);
-    for (; r < r1; r++) row_tile(t, 1, w, rb, nblk, r, a, wb, out);
+    for (; r + RM <= r1; r += RM) row_tile(t, RM, lo, w, rb, nblk, r, a, wb, out);
+    for (; r < r1; r++) row_tile(t, 1, lo, w, rb, nblk, r, a, wb, out);
 }
 
+/* One instance per (type, unpacked or fused, q8 or q8x2): all compile-time constants. */
 #define QDOT_CASE(T)                                                                                                   \
     case T:                                                                                                            \
-        if (wb) qdot_type(T, w, row_bytes, n, r0, r1, a, wb, out);                                                     \
-        else qdot_type(T, w, row_bytes, n, r0, r1, a, NULL, out);                                                      \
+        if (a->lo) {                                                                                                   \
+            if (wb) qdot_type(T, 1, w, row_bytes, n, r0, r1, a, wb, out);                                              \
+            else qdot_type(T, 1, w, row_bytes, n, r0, r1, a, NULL, out);                                               \
+        } else {                                                                                                       \
+            if (wb) qdot_type(T, 0, w, row_bytes, n, r0, r1, a, wb, out);                                              \
+            else qdot_type(T, 0, w, row_bytes, n, r0, r1, a, NULL, out);                                               \
+        }                                                                                                              \
         break;
 #endif /* QD_AVX2 */
 

@@ -1,10 +1,11 @@
 /* The fast path's integer kernels (src/tensor/qdot.c) against the exact dequantized weights
- * of the quant goldens (tests/golden/quant, from the gguf package):
- *   - against the same quantized activations, the kernel equals sum(w * d * q) computed in
- *     double to within 2e-6 x sum|w * d * q| (only f32 rounding differs);
+ * of the quant goldens (tests/golden/quant, from the gguf package), for q8 activations and
+ * for q8x2 (x ~ d * (q + lo / 256)):
+ *   - against the same quantized activations, the kernel equals sum(w * x_hat) computed in
+ *     double to within 2e-6 x sum|w * x_hat| (only f32 rounding differs);
  *   - against the f32 activations, the error stays within the activation rounding bound
- *     sum over blocks of d/2 * sum|w| (plus f32 rounding);
- *   - tiling, batch size and row splits never change a bit. */
+ *     sum over blocks of e * sum|w| (plus f32 rounding), e = d/2 for q8 and d/256 for q8x2;
+ *   - q8x2's first plane is q8's, and tiling, batch size and row splits never change a bit. */
 #include <stdint.h>
 
 #include "harness.h"
@@ -18,13 +19,26 @@ static const char *TYPES[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q
 /* Check the kernel on `rows` weight rows of n elements (W: their exact dequantization) with
  * NB activation rows cycled from Y[yrows][n]. */
 static void check_kernel(const char *title, enum kvp_type type, const void *data, int64_t rows, int64_t n, const float *W,
-                         const float *Y, int64_t yrows) {
+                         const float *Y, int64_t yrows, int two_planes) {
     TEST(title) {
         CHECK(kvp_qdot_supported(type), "type has no integer kernel");
         int64_t nblk = n / 32;
         size_t rb = kvp_row_bytes(type, n);
-        kvp_qact a = {n, NB, malloc((size_t)NB * n), malloc((size_t)NB * nblk * sizeof(float))};
+        kvp_qact a = {n, NB, malloc((size_t)NB * n), malloc((size_t)NB * nblk * sizeof(float)),
+                      two_planes ? malloc((size_t)NB * n) : NULL};
         for (int j = 0; j < NB; j++) kvp_quantize_act_row(Y + (j % yrows) * n, n, a.q + j * n, a.d + j * nblk);
+        if (two_planes) {
+            int8_t *q1 = malloc((size_t)NB * n);
+            float *d1 = malloc((size_t)NB * nblk * sizeof(float));
+            memcpy(q1, a.q, (size_t)NB * n);
+            memcpy(d1, a.d, (size_t)NB * nblk * sizeof(float));
+            for (int j = 0; j < NB; j++)
+                kvp_quantize_act_row2(Y + (j % yrows) * n, n, a.q + j * n, a.d + j * nblk, a.lo + j * n);
+            CHECK(!memcmp(q1, a.q, (size_t)NB * n) && !memcmp(d1, a.d, (size_t)NB * nblk * sizeof(float)),
+                  "q8x2's first plane differs from q8");
+            free(q1);
+            free(d1);
+        }
         float *res = malloc((size_t)NB * rows * sizeof(float)), *res2 = malloc((size_t)NB * rows * sizeof(float));
         float *outp[NB], *outp2[NB];
         for (int j = 0; j < NB; j++) outp[j] = res + j * rows, outp2[j] = res2 + j * rows;
@@ -39,13 +53,13 @@ static void check_kernel(const char *title, enum kvp_type type, const void *data
                     double d = a.d[j * nblk + b], wabs = 0;
                     for (int i = 0; i < 32; i++) {
                         int64_t k = b * 32 + i;
-                        double xq = d * a.q[j * n + k];
+                        double xq = d * (a.q[j * n + k] + (a.lo ? a.lo[j * n + k] / 256.0 : 0.0));
                         want += (double)w[k] * xq;
                         scale += fabs((double)w[k] * xq);
                         exact += (double)w[k] * x[k];
                         wabs += fabs((double)w[k]);
                     }
-                    bound += d / 2 * wabs;
+                    bound += (a.lo ? d / 256 : d / 2) * wabs;
                 }
                 double got = res[j * rows + r];
                 double e = fabs(got - want) / (scale > 0 ? scale : 1);
@@ -53,13 +67,13 @@ static void check_kernel(const char *title, enum kvp_type type, const void *data
                 double eb = fabs(got - exact) / (bound + 2e-6 * scale + 1e-30);
                 if (eb > worst_bound) worst_bound = eb;
             }
-        CHECK(worst_int <= 2e-6, "kernel vs sum(w * d * q): %.3g x sum|w * d * q|", worst_int);
+        CHECK(worst_int <= 2e-6, "kernel vs sum(w * x_hat): %.3g x sum|w * x_hat|", worst_int);
         CHECK(worst_bound <= 1.0, "error vs f32 activations is %.3g x the rounding bound", worst_bound);
 
         /* One activation at a time, one row at a time, and odd row splits: identical bits. */
         int same = 1;
         for (int j = 0; j < NB; j++) {
-            kvp_qact one = {n, 1, a.q + j * n, a.d + j * nblk};
+            kvp_qact one = {n, 1, a.q + j * n, a.d + j * nblk, a.lo ? a.lo + j * n : NULL};
             for (int64_t r = 0; r < rows; r++) kvp_qdot_rows(type, data, rb, r, r + 1, &one, &outp2[j]);
         }
         same &= memcmp(res, res2, (size_t)NB * rows * sizeof(float)) == 0;
@@ -67,19 +81,20 @@ static void check_kernel(const char *title, enum kvp_type type, const void *data
         for (int64_t r0 = 0; r0 < rows; r0 += 3) kvp_qdot_rows(type, data, rb, r0, r0 + 3 < rows ? r0 + 3 : rows, &a, outp2);
         same &= memcmp(res, res2, (size_t)NB * rows * sizeof(float)) == 0;
         CHECK(same, "tiling or batching changed the results");
-        NOTE("%s: %lld rows x %d activations, kernel error %.2g, worst %.2f of the rounding bound", kvp_type_name(type),
-             (long long)rows, NB, worst_int, worst_bound);
+        NOTE("%s %s: %lld rows x %d activations, kernel error %.2g, worst %.2f of the rounding bound", kvp_type_name(type),
+             two_planes ? "q8x2" : "q8", (long long)rows, NB, worst_int, worst_bound);
         free(res);
         free(res2);
         free(a.q);
         free(a.d);
+        free(a.lo);
     }
 }
 
 static void check_golden(const char *name) {
     char path[256], title[96];
     snprintf(path, sizeof path, "tests/golden/quant/%s.gguf", name);
-    snprintf(title, sizeof title, "qdot %s (%s): golden blocks", name, kvp_qdot_isa());
+    snprintf(title, sizeof title, "qdot %s (%s): golden blocks, q8 and q8x2 activations", name, kvp_qdot_isa());
     kvp_error err = {0};
     gguf_file *f = gguf_open(path, &err);
     const gguf_tensor *q = f ? gguf_find_tensor(f, "q") : NULL, *deq = f ? gguf_find_tensor(f, "deq") : NULL,
@@ -87,7 +102,8 @@ static void check_golden(const char *name) {
     char load[128];
     snprintf(load, sizeof load, "qdot %s: golden file loads", name);
     TEST(load) CHECK(q && deq && y, "%s: golden missing or incomplete %s", path, err.msg);
-    if (q && deq && y) check_kernel(title, q->type, q->data, q->ne[1], q->ne[0], deq->data, y->data, y->ne[1]);
+    for (int lo = 0; lo < 2 && q && deq && y; lo++)
+        check_kernel(title, q->type, q->data, q->ne[1], q->ne[0], deq->data, y->data, y->ne[1], lo);
     gguf_close(f);
 }
 
@@ -125,7 +141,7 @@ static void check_random(enum kvp_type type) {
     char title[96];
     snprintf(title, sizeof title, "qdot %s (%s): random blocks, %lld x %lld", ti->name, kvp_qdot_isa(), (long long)rows,
              (long long)n);
-    check_kernel(title, type, data, rows, n, W, Y, yrows);
+    for (int lo = 0; lo < 2; lo++) check_kernel(title, type, data, rows, n, W, Y, yrows, lo);
     free(data);
     free(W);
     free(Y);
