@@ -1,0 +1,103 @@
+/* The sweep's plan: model, tokenizer, template, dataset, the condition x L x W grid with its
+ * defaults, and the execution context. */
+#include "sweep_impl.h"
+
+static void sha256_hex(const void *data, size_t n, char out[65]) {
+    unsigned char md[32];
+    unsigned int len = 0;
+    EVP_Digest(data, n, md, &len, EVP_sha256(), NULL);
+    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+int sweep_setup(run_ctx *r) {
+    const kvp_sweep_opts *o = r->o;
+    kvp_error *err = r->err;
+    if (!(r->m = kvp_model_load(o->model_path, err))) return err->code;
+    r->hp = kvp_model_hparams(r->m);
+    const gguf_file *g = kvp_model_gguf(r->m);
+    if (!(r->tok = kvp_tokenizer_load(g, err))) return err->code;
+    if (kvp_template_detect(g, &r->tmpl, err) && !o->template_name) return err->code;
+    if (o->template_name && kvp_template_select(&r->tmpl, o->template_name, err)) return err->code;
+    r->tmpl.enable_thinking = o->thinking;
+    if (o->shots < 0) return kvp_fail(err, KVP_E_INVALID, "--shots must be >= 0");
+    if (kvp_dataset_load_shots(o->dataset, o->data_dir, o->skip_bad_rows, o->shots, &r->ds, err)) return err->code;
+    if (r->ds.n_skipped && !o->quiet) fprintf(stderr, "[sweep] skipped %d malformed rows\n", r->ds.n_skipped);
+    r->max_new = o->max_new_tokens > 0 ? o->max_new_tokens : r->ds.max_new_tokens;
+    if (o->readout)
+        for (int i = 0; i < r->ds.n; i++)
+            if (r->ds.ex[i].kind != KVP_TASK_LABEL && r->ds.ex[i].kind != KVP_TASK_CHOICE)
+                return kvp_fail(err, KVP_E_INVALID, "--readout %s needs a label or multiple-choice dataset (%s is not)",
+                                sweep_readout_name(o->readout), r->ds.ex[i].id);
+    if (o->format == KVP_FORMAT_CLOZE) {
+        if (!sweep_is_loglik(o->readout))
+            return kvp_fail(err, KVP_E_INVALID, "--format cloze is read out by log-likelihood: add --readout loglik or loglik-norm");
+        if (r->tmpl.kind != KVP_TMPL_NONE && o->template_name)
+            return kvp_fail(err, KVP_E_INVALID, "--format cloze renders raw text: it takes no chat template (--template %s)",
+                            o->template_name);
+        r->tmpl.kind = KVP_TMPL_NONE;
+        for (int i = 0; i < r->ds.n + r->ds.n_demos; i++) {
+            const kvp_example *e = i < r->ds.n ? &r->ds.ex[i] : &r->ds.demos[i - r->ds.n];
+            if (!e->cloze[0])
+                return kvp_fail(err, KVP_E_INVALID, "--format cloze: %s has no cloze form (arc-easy, arc-challenge, sst2, "
+                                "boolq and multiple-choice .jsonl rows have one)", e->id);
+        }
+    }
+    r->kl_steps = o->kl_steps > 0 ? o->kl_steps : 8;
+    if (o->n_conds) {
+        memcpy(r->conds, o->conds, (size_t)o->n_conds * sizeof *r->conds);
+        r->n_conds = o->n_conds;
+    } else {
+        kvp_condition def[] = {KVP_COND_CLEAN, KVP_COND_BLANK, KVP_COND_ZERO};
+        memcpy(r->conds, def, sizeof def);
+        r->n_conds = 3;
+    }
+    int NL = r->hp->n_layer;
+    if (o->n_layers) {
+        for (int i = 0; i < o->n_layers; i++) {
+            if (o->layers[i] < 0 || o->layers[i] > NL)
+                return kvp_fail(err, KVP_E_INVALID, "--layers: %d is outside 0..%d", o->layers[i], NL);
+            r->layers[i] = o->layers[i];
+        }
+        r->n_layers = o->n_layers;
+    } else { /* about 8 cutoffs evenly spaced from 0 to n_layer-1 */
+        for (int i = 0; i < 8; i++) {
+            int L = (int)lround(i * (NL - 1) / 7.0);
+            if (!r->n_layers || r->layers[r->n_layers - 1] != L) r->layers[r->n_layers++] = L;
+        }
+    }
+    if (o->n_steps) {
+        for (int i = 0; i < o->n_steps; i++) {
+            if (o->steps[i] < 0) return kvp_fail(err, KVP_E_INVALID, "--steps: %d is negative", o->steps[i]);
+            r->steps[i] = o->steps[i];
+        }
+        r->n_steps = o->n_steps;
+    } else {
+        int def[] = {0, 1, 2, 4, 8, 16, 32};
+        memcpy(r->steps, def, sizeof def);
+        r->n_steps = 7;
+    }
+    int cells_per_w = 0;
+    for (int c = 0; c < r->n_conds; c++) cells_per_w += r->conds[c] != KVP_COND_CLEAN ? r->n_layers : 0;
+    int batch = cells_per_w * r->n_steps; /* all cells of an example decode together */
+    r->prec = KVP_SWEEP_PRECISION;
+    if (o->precision && kvp_precision_from_name(o->precision, &r->prec))
+        return kvp_fail(err, KVP_E_INVALID, "unknown precision '%s' (q8, q8x2, f32)", o->precision);
+    kvp_ctx_params cp = {o->threads, batch > 64 ? batch : 64, r->prec, 0};
+    if (!(r->ctx = kvp_ctx_new(r->m, &cp, err))) return err->code;
+    sha256_hex(g->map, g->size, r->model_sha);
+    r->cells_total = (long)r->ds.n * (1 + (long)r->n_steps * cells_per_w);
+    return 0;
+}
+
+void sweep_free_run(run_ctx *r) {
+    sweep_forget_scores(r);
+    for (int c = 0; c < KVP_MAX_CAND; c++) free(r->cont[c]);
+    free(r->scored);
+    for (int i = 0; i < r->n_done; i++) free(r->done_keys[i]);
+    free(r->done_keys);
+    strmap_free(&r->done);
+    kvp_ctx_free(r->ctx);
+    kvp_dataset_free(&r->ds);
+    kvp_tokenizer_free(r->tok);
+    kvp_model_free(r->m);
+}

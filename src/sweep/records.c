@@ -1,0 +1,121 @@
+/* Records: each cell scored (once per distinct output) and written to results.jsonl as one
+ * JSON line; the progress line. */
+#include "sweep_impl.h"
+
+void sweep_forget_scores(run_ctx *r) {
+    for (int i = 0; i < r->n_scored; i++) free(r->scored[i].text);
+    r->n_scored = 0;
+    r->scored_ex = NULL;
+}
+
+/* kvp_score, once per distinct output text of an example (the same text scores the same). */
+static int score_cached(run_ctx *r, const kvp_example *ex, const char *text, kvp_score_result *sc) {
+    if (r->scored_ex != ex) sweep_forget_scores(r);
+    r->scored_ex = ex;
+    for (int i = 0; i < r->n_scored; i++)
+        if (!strcmp(r->scored[i].text, text)) {
+            *sc = r->scored[i].res;
+            return 0;
+        }
+    int rc = kvp_score(ex, text, NULL, sc, r->err);
+    if (rc) return rc;
+    if (r->n_scored == r->cap_scored) {
+        int cap = r->cap_scored ? 2 * r->cap_scored : 64;
+        struct scored *p = realloc(r->scored, (size_t)cap * sizeof *p);
+        if (!p) return 0; /* not remembering it costs time only */
+        r->scored = p;
+        r->cap_scored = cap;
+    }
+    char *copy = strdup(text);
+    if (copy) r->scored[r->n_scored++] = (struct scored){copy, *sc};
+    return 0;
+}
+
+int sweep_write_record(run_ctx *r, const kvp_example *ex, const char *cond, int L, int W, const int32_t *tok, int n_tok,
+                        int eog, int applied, double kl, int kl_n, double agreement, int first_div, int n_prompt,
+                        int ro, const double *cand_lp, double seconds) {
+    char *text = NULL;
+    size_t tlen;
+    if (kvp_detokenize(r->tok, tok, n_tok, 0, &text, &tlen)) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    /* A generation cut at the token limit can end inside a UTF-8 sequence (and byte tokens can
+     * form invalid ones): replace those like HF's decode does, so records stay valid JSON. */
+    char *clean;
+    size_t clen;
+    int n_bad;
+    if (kvp_utf8_clean(text, tlen, &clean, &clen, &n_bad)) {
+        free(text);
+        return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    }
+    free(text);
+    text = clean;
+    kvp_score_result sc;
+    int rc = score_cached(r, ex, text, &sc);
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "dataset", r->ds.name);
+    cJSON_AddStringToObject(j, "example_id", ex->id);
+    cJSON_AddStringToObject(j, "condition", cond);
+    cJSON_AddNumberToObject(j, "L", L);
+    cJSON_AddNumberToObject(j, "W", W);
+    cJSON_AddStringToObject(j, "span", kvp_span_name(r->o->span));
+    cJSON_AddBoolToObject(j, "edit_applied", applied);
+    cJSON_AddStringToObject(j, "text", text);
+    cJSON *ids = cJSON_AddArrayToObject(j, "tokens");
+    for (int i = 0; i < n_tok; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(tok[i]));
+    cJSON_AddStringToObject(j, "extracted", sc.extracted);
+    cJSON_AddStringToObject(j, "gold", ex->answer);
+    if (r->o->readout) { /* the score is the read-out's; the text's is kept beside it */
+        const char *pick = ro >= 0 ? r->cand[ro] : "";
+        cJSON_AddStringToObject(j, "readout", pick);
+        if (cand_lp) {
+            cJSON *lp = cJSON_AddObjectToObject(j, "logprobs");
+            for (int c = 0; c < r->n_cand; c++) cJSON_AddNumberToObject(lp, r->cand[c], round(cand_lp[c] * 1e4) / 1e4);
+        }
+        cJSON_AddNumberToObject(j, "text_score", sc.score);
+        sc.score = ro >= 0 && !strcasecmp(pick, ex->answer);
+    }
+    cJSON_AddNumberToObject(j, "score", sc.score);
+    cJSON_AddNumberToObject(j, "decode_steps", n_tok + (eog ? 1 : 0));
+    cJSON_AddBoolToObject(j, "stopped_at_eog", eog);
+    cJSON_AddNumberToObject(j, "prompt_tokens", n_prompt);
+    if (kl_n > 0) cJSON_AddNumberToObject(j, "kl_mean", kl / kl_n);
+    else cJSON_AddNullToObject(j, "kl_mean");
+    cJSON_AddNumberToObject(j, "kl_steps", kl_n);
+    cJSON_AddNumberToObject(j, "agreement", agreement);
+    cJSON_AddNumberToObject(j, "first_divergence", first_div);
+    cJSON_AddStringToObject(j, "model_sha256", r->model_sha);
+    cJSON_AddStringToObject(j, "kvprobe_version", KVPROBE_VERSION);
+    cJSON_AddStringToObject(j, "activations", kvp_precision_name(r->prec));
+    cJSON *t = cJSON_AddObjectToObject(j, "timing");
+    cJSON_AddNumberToObject(t, "seconds", round(seconds * 1e4) / 1e4);
+    char *line = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    free(text);
+    if (!line) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    int bad = fprintf(r->out, "%s\n", line) < 0 || fflush(r->out) != 0;
+    free(line);
+    if (bad) return kvp_fail(r->err, KVP_E_IO, "results.jsonl: write failed: %s", strerror(errno));
+    char key[512];
+    sweep_cell_key(key, sizeof key, ex->id, cond, L, W);
+    sweep_mark_done(r, key);
+    r->cells_finished++;
+    r->cells_this_run++;
+    return 0;
+}
+
+void sweep_progress(run_ctx *r, int ex_done, int force) {
+    if (r->o->quiet) return;
+    double t = sweep_now_s();
+    if (!force && t - r->t_last_progress < (isatty(2) ? 0.5 : 10.0)) return;
+    r->t_last_progress = t;
+    double el = t - r->t_start, rate = r->cells_this_run / (el > 0 ? el : 1);
+    long left = r->cells_total - r->cells_finished;
+    double eta = rate > 0 ? left / rate : 0;
+    fprintf(stderr, "%s[sweep] examples %d/%d, cells %ld/%ld, %.2f cells/s, ETA %dm%02ds%s", isatty(2) ? "\r" : "",
+            ex_done, r->ds.n, r->cells_finished, r->cells_total, rate, (int)(eta / 60), (int)eta % 60,
+            isatty(2) && !force ? "   " : "\n");
+    fflush(stderr);
+}

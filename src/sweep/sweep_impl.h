@@ -1,0 +1,133 @@
+/* Internal state shared by the sweep's files: the run (plan, read-out candidates, score cache,
+ * resume keys), one example's prompts and caches, and one cell of the grid. */
+#ifndef KVPROBE_SWEEP_IMPL_H
+#define KVPROBE_SWEEP_IMPL_H
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../util/readfile.h"
+#include "../util/strmap.h"
+#include "kvprobe/kvprobe.h"
+#include "kvprobe/sweep.h"
+
+#define KVP_MAX_CAND 26 /* choices A..Z */
+#define KVP_LOGLIK_MAX_TOKENS 64 /* a longer continuation is scored on its first 64 tokens */
+
+typedef struct run_ctx {
+    const kvp_sweep_opts *o;
+    kvp_model *m;
+    const kvp_hparams *hp;
+    kvp_tokenizer *tok;
+    kvp_template tmpl;
+    kvp_dataset ds;
+    kvp_ctx *ctx;
+    kvp_precision prec;
+    int max_new;
+    int kl_steps;
+    kvp_condition conds[KVP_COND_COUNT];
+    int n_conds;
+    int layers[KVP_SWEEP_MAX_LAYERS], n_layers;
+    int steps[KVP_SWEEP_MAX_STEPS], n_steps;
+    char model_sha[65];
+    FILE *out;
+    strmap done;          /* keys of finished records */
+    char **done_keys;
+    int n_done, cap_done;
+    /* --readout: this example's candidate answers, their first tokens (first-token) and their
+     * continuations' tokens (loglik) */
+    int n_cand;
+    char cand[KVP_MAX_CAND][32];
+    int32_t cand_tok[KVP_MAX_CAND][4];
+    int cand_nv[KVP_MAX_CAND];
+    int32_t *cont[KVP_MAX_CAND];
+    int n_cont[KVP_MAX_CAND];
+    size_t cont_bytes[KVP_MAX_CAND]; /* loglik-norm divides by the continuation's length in bytes */
+    /* scores of this example's distinct outputs: cells often repeat the clean text, and a code
+     * score costs a sandboxed Python run */
+    const kvp_example *scored_ex;
+    struct scored { char *text; kvp_score_result res; } *scored;
+    int n_scored, cap_scored;
+    /* progress */
+    long cells_total, cells_finished, cells_this_run;
+    double t_start, t_last_progress;
+    kvp_error *err;
+} run_ctx;
+
+typedef struct cell {
+    kvp_condition cond;
+    int L, W;
+    kvp_kv *kv;
+    int32_t *tok;         /* generated tokens from step 0 (clean prefix before W) */
+    int n_tok;
+    int done, eog, applied;
+    double kl_sum;
+    int kl_n;
+    float *logits;
+    double t0;
+    int readout;          /* --readout: the candidate chosen (-1: none) */
+    double cand_lp[KVP_MAX_CAND]; /* --readout loglik: each candidate's log-probability */
+} cell;
+
+typedef struct example_state {
+    kvp_prompt prompt, blank, other;
+    kvp_kv *base, *donor_blank, *donor_other, *clean;
+    int32_t *clean_tok;
+    int n_clean, clean_eog, clean_steps; /* steps = forward passes the clean run made */
+    float *clean_logits;                 /* [n_saved][V] logits of steps 0..n_saved-1 */
+    int n_saved;
+    int clean_readout;                   /* --readout: the clean run's candidate */
+    double clean_lp[KVP_MAX_CAND];       /* --readout loglik: clean log-probability per candidate */
+    kvp_kv *cont_kv[KVP_MAX_CAND];       /* --readout loglik: the prompt + each continuation, clean */
+    double *cont_lp[KVP_MAX_CAND];       /*   and the clean log-probability of each of its tokens */
+} example_state;
+
+/* plan.c */
+int sweep_setup(run_ctx *r);
+void sweep_free_run(run_ctx *r);
+
+/* prompts.c */
+int sweep_user_prompt(run_ctx *r, const kvp_example *ex, kvp_prompt *p);
+int sweep_other_donor(run_ctx *r, const kvp_prompt *p, const kvp_example *other, kvp_prompt *d);
+
+/* readout.c */
+const char *sweep_readout_name(kvp_readout ro);
+int sweep_is_loglik(kvp_readout ro);
+int sweep_readout_candidates(run_ctx *r, const kvp_example *ex);
+int sweep_readout(const run_ctx *r, const float *logits);
+int sweep_loglik_clean(run_ctx *r, example_state *s);
+int sweep_loglik_cell(run_ctx *r, const example_state *s, const kvp_splice *sp, int W, double *cand_lp, int *pick);
+
+/* decode.c */
+kvp_kv *sweep_prefill(run_ctx *r, const int32_t *ids, int n, int n_ctx);
+int sweep_is_end(const run_ctx *r, int32_t t);
+int sweep_clean_decode(run_ctx *r, example_state *s, int n_save);
+int sweep_decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cell *cells, int n_cells);
+
+/* records.c */
+void sweep_forget_scores(run_ctx *r);
+int sweep_write_record(run_ctx *r, const kvp_example *ex, const char *cond, int L, int W, const int32_t *tok, int n_tok,
+                        int eog, int applied, double kl, int kl_n, double agreement, int first_div, int n_prompt,
+                        int ro, const double *cand_lp, double seconds);
+void sweep_progress(run_ctx *r, int ex_done, int force);
+
+/* resume.c */
+void sweep_cell_key(char *buf, size_t cap, const char *id, const char *cond, int L, int W);
+int sweep_is_done(const run_ctx *r, const char *id, const char *cond, int L, int W);
+int sweep_mark_done(run_ctx *r, const char *key);
+int sweep_load_done(run_ctx *r, const char *path);
+int sweep_check_config(run_ctx *r, const char *dir);
+
+/* sweep.c */
+double sweep_now_s(void);
+
+#endif
