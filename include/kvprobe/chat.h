@@ -88,6 +88,13 @@ typedef struct kvp_prompt {
  * its first non-scaffold byte. */
 int kvp_chat_prompt(const kvp_tokenizer *t, const kvp_template *tmpl, const kvp_message *msgs, int n_msgs,
                     int add_generation_prompt, kvp_prompt *out, kvp_error *err);
+/* The same with the assistant's answer begun: the generation prompt, then `prefix` (labeled
+ * assistant) for the model to continue — what HF's apply_chat_template(...,
+ * continue_final_message=True) renders for a final assistant message holding prefix (for every
+ * template here; Qwen3 with thinking off). Without a template the prefix follows the text on a
+ * new line. */
+int kvp_chat_prompt_prefixed(const kvp_tokenizer *t, const kvp_template *tmpl, const kvp_message *msgs, int n_msgs,
+                             const char *prefix, kvp_prompt *out, kvp_error *err);
 /* Render only (no tokens). */
 int kvp_chat_render(const kvp_tokenizer *t, const kvp_template *tmpl, const kvp_message *msgs, int n_msgs,
                     int add_generation_prompt, kvp_prompt *out, kvp_error *err);

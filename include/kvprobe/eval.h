@@ -35,7 +35,8 @@ typedef struct kvp_example {
     char **choices;     /* CHOICE: the option texts, n_choices of them */
     char *labels;       /* LABEL: alternatives separated by '|' */
     char *code_header;  /* CODE (HumanEval): prompt code prepended when the answer lacks it */
-    char *entry_point;  /* CODE (HumanEval) */
+    char *entry_point;  /* CODE: the function the tests call (HumanEval's entry_point; MBPP: the
+                           reference solution's function named in the first test) */
     char *test_code;    /* CODE: Python run after the solution */
     int source_line;    /* 1-based line (or array index) in the source file */
     /* LABEL / CHOICE: the cloze form for base models (lm-eval style), frame and content
@@ -44,8 +45,13 @@ typedef struct kvp_example {
      * its label word or option text. The frame is scaffolding; content is user text. */
     char *cloze[KVP_CLOZE_PARTS];
     char *demo;         /* a reference answer as a model should write it, for few-shot turns
-                           (GSM8K: worked solution + "Answer: N"; code: the solution in a
-                           ```python block); NULL: the gold answer itself */
+                           (GSM8K: worked solution + "The answer is N."; code: the response
+                           prefix, the solution and the closing fence); NULL: the gold answer */
+    char *response_prefix; /* the assistant turn opens with this text and the model continues it
+                              (EvalPlus's "Below is a Python script ...:\n```python\n"); NULL: none.
+                              Scoring reads response_prefix + the generated text. */
+    char *stop;         /* generation also ends once the text (prefix included) holds this (code:
+                           the closing fence "\n```"); NULL: end of turn / token limit only */
 } kvp_example;
 
 typedef struct kvp_dataset {
@@ -71,9 +77,16 @@ const char *kvp_example_demo(const kvp_example *e);
 typedef struct kvp_score_result {
     double score;        /* 1 correct, 0 wrong */
     char extracted[256]; /* what was taken from the output as the answer (code: first line) */
+    /* why it failed, one word: "pass"; code: "no_code" (no code in the answer), "syntax",
+     * "wrong_name" (the answer never defines the tested function), "assertion", "runtime"
+     * (another exception), "timeout", "killed" (a signal: memory or process limits); other
+     * tasks: "no_answer" (nothing extracted), "wrong" */
+    char error[16];
+    char exception[96]; /* code: the last line of the traceback ("" if none) */
 } kvp_score_result;
 
-/* Score one generated text. Code tasks run in the sandbox (opts may be NULL). */
+/* Score one generated text (the model's continuation; an example's response_prefix is put
+ * before it). Code tasks run in the sandbox (opts may be NULL). */
 int kvp_score(const kvp_example *ex, const char *output, const kvp_sandbox_opts *sb, kvp_score_result *res,
               kvp_error *err);
 
@@ -81,7 +94,9 @@ int kvp_score(const kvp_example *ex, const char *output, const kvp_sandbox_opts 
 int kvp_extract_number(const char *text, double *out, char *repr, size_t cap);
 int kvp_extract_choice(const char *text, int n_choices, char *letter);
 int kvp_extract_label(const char *text, const char *labels, char *out, size_t cap);
-/* First ```python (or ```) code block, else the whole text. malloc'd. */
+/* First ```python (or ```) code block, else the whole text; a column-0
+ * `if __name__ == "__main__":` block and what follows it are dropped (a script's demo, not the
+ * solution). malloc'd. */
 char *kvp_extract_code(const char *text);
 
 #ifdef __cplusplus

@@ -75,6 +75,8 @@ typedef struct kvp_sweep_opts {
     int shots;                  /* few-shot: this many demonstrations (the dataset's last rows) as
                                    earlier user/assistant turns; 0 = zero-shot */
     kvp_prompt_format format;   /* instruct (default) or cloze (label / choice datasets, loglik read-outs) */
+    int margins;                /* 1: records hold "margins", the top-1 minus top-2 logit of every
+                                   decode step (how near a tie each greedy choice was) */
 } kvp_sweep_opts;
 
 /* The sweep's default precision: two 8-bit planes, whose records agree with f32 on edited

@@ -43,6 +43,7 @@ static void sweep_usage(FILE *f) {
             "                         f32 on edited caches), q8 (fastest; drifts under ZERO), f32\n"
             "  --exact                = --precision f32 (the parity path, within 1e-3 of transformers)\n"
             "  --quiet                no progress line\n"
+            "  --margins              records hold each step's top-1 minus top-2 logit (\"margins\")\n"
             "  --prompts-only         print each example's prompt, token ids, segments and BLANK donor\n"
             "                         as JSON lines on stdout, and run nothing\n"
             "usage: kvprobe report DIR    rebuild summary.csv, report.html and figures from DIR/results.jsonl\n");
@@ -98,6 +99,7 @@ int cmd_sweep(int argc, char **argv) {
         else if (!strcmp(a, "--precision")) o.precision = v;
         else if (!strcmp(a, "--prompts-only")) prompts_only = 1;
         else if (!strcmp(a, "--quiet")) o.quiet = 1;
+        else if (!strcmp(a, "--margins")) o.margins = 1;
         else if (!strcmp(a, "--seed")) {
             if (cli_int(a, v, 0, 0x7fffffff, &n)) return 1;
             o.seed = (uint64_t)n;

@@ -69,6 +69,8 @@ static void free_example(kvp_example *e) {
     free(e->entry_point);
     free(e->test_code);
     free(e->demo);
+    free(e->response_prefix);
+    free(e->stop);
     for (int i = 0; i < KVP_CLOZE_PARTS; i++) free(e->cloze[i]);
     for (int i = 0; e->choices && i < e->n_choices; i++) free(e->choices[i]);
     free(e->choices);
@@ -110,6 +112,37 @@ static int is_blank(const char *s) {
 
 /* ---- prompts ------------------------------------------------------------------------------ */
 
+/* Code tasks are asked the way EvalPlus asks instruct models (evalplus codegen, the default
+ * instruct recipe): the problem in a markdown block after this instruction as the user turn,
+ * and the assistant turn opened with the response prefix, so the model writes the code and
+ * closes the block (the stop sequence). */
+#define CODE_INSTRUCTION "Please provide a self-contained Python script that solves the following problem in a markdown code block:"
+#define CODE_RESPONSE_PREFIX                                                                                           \
+    "Below is a Python script with a self-contained function that solves the problem and passes corresponding tests:\n" \
+    "```python\n"
+#define CODE_STOP "\n```"
+
+/* Python's str.strip() for ASCII whitespace (the prompts are ASCII-indented code). */
+static char *strip_dup(const char *s) {
+    while (*s && isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) n--;
+    char *p = malloc(n + 1);
+    if (p) memcpy(p, s, n), p[n] = 0;
+    return p;
+}
+
+/* The user turn, the response prefix, the stop sequence and the demonstration answer of a
+ * code task whose problem text is `problem` and reference solution `solution` (may be NULL). */
+static void set_code_prompt(kvp_example *e, const char *problem, const char *solution) {
+    char *p = strip_dup(problem);
+    e->prompt = p ? fmt("%s\n```\n%s\n```\n", CODE_INSTRUCTION, p) : NULL;
+    free(p);
+    e->response_prefix = xstrdup(CODE_RESPONSE_PREFIX);
+    e->stop = xstrdup(CODE_STOP);
+    if (solution) e->demo = fmt("%s%s\n```", CODE_RESPONSE_PREFIX, solution);
+}
+
 static char *choice_prompt(const char *question, const char *const *texts, int n) {
     size_t cap = strlen(question) + 256;
     for (int i = 0; i < n; i++) cap += strlen(texts[i]) + 8;
@@ -129,7 +162,7 @@ static void set_cloze(kvp_example *e, const char *f0, const char *c1, const char
 
 /* ---- loaders ------------------------------------------------------------------------------ */
 
-/* The worked solution without its calculator annotations (<<48/2=24>>), then "Answer: N". */
+/* The worked solution without its calculator annotations (<<48/2=24>>), then "The answer is N.". */
 static char *gsm8k_demo(const char *answer, const char *hash, const char *gold) {
     size_t n = (size_t)(hash - answer), k = 0;
     char *out = malloc(n + strlen(gold) + 16);
@@ -143,7 +176,7 @@ static char *gsm8k_demo(const char *answer, const char *hash, const char *gold) 
         out[k++] = answer[i];
     }
     while (k && isspace((unsigned char)out[k - 1])) k--;
-    sprintf(out + k, "\nAnswer: %s", gold);
+    sprintf(out + k, "\nThe answer is %s.", gold);
     return out;
 }
 
@@ -168,8 +201,8 @@ static int load_gsm8k(builder *b, char *buf) {
         e->id = fmt("gsm8k-%d", line);
         e->kind = KVP_TASK_NUMBER;
         e->answer = xstrdup(gold);
-        e->prompt = fmt("Solve this math problem. Give the final answer as a number on the last line, in the form "
-                        "\"Answer: <number>\".\n\n%s", q);
+        e->prompt = fmt("Solve the following math problem step by step. End with the final answer as a number, in "
+                        "the form \"The answer is N.\"\n\n%s", q);
         e->demo = gsm8k_demo(a, hash, gold);
         e->source_line = line;
         cJSON_Delete(j);
@@ -315,6 +348,29 @@ static int load_arc(builder *b, char *buf, const char *name) {
     return 0;
 }
 
+/* The function the first test calls: the first name the reference code defines ("def NAME(")
+ * that the test names as a call ("NAME("). NULL if there is none. */
+static int is_ident(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+static int calls(const char *test, const char *name) {
+    size_t n = strlen(name);
+    for (const char *t = test; (t = strstr(t, name)); t++)
+        if (t[n] == '(' && (t == test || !is_ident(t[-1]))) return 1;
+    return 0;
+}
+
+static char *tested_function(const char *code, const char *test) {
+    for (const char *p = code; (p = strstr(p, "def ")); p += 4) {
+        if (p != code && p[-1] != '\n' && p[-1] != ' ') continue;
+        const char *s = p + 4, *q = s;
+        while (is_ident(*q)) q++;
+        char *name = q > s && *q == '(' ? fmt("%.*s", (int)(q - s), s) : NULL;
+        if (name && calls(test, name)) return name;
+        free(name);
+    }
+    return NULL;
+}
+
 static int load_mbpp(builder *b, char *buf) {
     cJSON *arr = cJSON_Parse(buf);
     if (!cJSON_IsArray(arr)) {
@@ -350,11 +406,12 @@ static int load_mbpp(builder *b, char *buf) {
         e->kind = KVP_TASK_CODE;
         e->answer = xstrdup("");
         e->test_code = test;
-        e->prompt = fmt("You are an expert Python programmer. Write a Python function for this task:\n%s\n"
-                        "Your code should pass this test:\n%s\nReply with the code only, in a ```python code block.",
-                        prompt, cJSON_GetArrayItem(tests, 0)->valuestring);
-        const char *code = jstr(t, "code");
-        if (code) e->demo = fmt("```python\n%s\n```", code);
+        /* EvalPlus's MBPP+ problem: the task and its first test in a docstring */
+        const char *test0 = cJSON_GetArrayItem(tests, 0)->valuestring, *code = jstr(t, "code");
+        char *problem = fmt("\"\"\"\n%s\n%s\n\"\"\"\n", prompt, test0);
+        set_code_prompt(e, problem ? problem : "", code);
+        free(problem);
+        e->entry_point = code ? tested_function(code, test0) : NULL;
         e->source_line = idx;
     }
     cJSON_Delete(arr);
@@ -380,10 +437,11 @@ static int load_humaneval(builder *b, char *buf) {
         e->code_header = xstrdup(prompt);
         e->entry_point = xstrdup(ep);
         e->test_code = fmt("%s\ncheck(%s)\n", test, ep);
-        e->prompt = fmt("Complete the following Python function. Reply with the whole function in a ```python code "
-                        "block.\n\n```python\n%s```", prompt);
         const char *sol = jstr(j, "canonical_solution");
-        if (sol) e->demo = fmt("```python\n%s%s```", prompt, sol);
+        char *whole = sol ? fmt("%s%s", prompt, sol) : NULL, *whole_s = whole ? strip_dup(whole) : NULL;
+        set_code_prompt(e, prompt, whole_s);
+        free(whole);
+        free(whole_s);
         e->source_line = line;
         cJSON_Delete(j);
     }

@@ -54,7 +54,7 @@ static int first_number(const char *p, double *v, char *repr, size_t cap) {
 }
 
 int kvp_extract_number(const char *text, double *out, char *repr, size_t cap) {
-    static const char *const cues[] = {"answer:", "answer is", "####"};
+    static const char *const cues[] = {"answer is", "answer:", "####", "\\boxed{"};
     for (size_t i = 0; i < sizeof cues / sizeof cues[0]; i++) {
         const char *c = find_ci(text, cues[i], 1);
         if (c && first_number(c + strlen(cues[i]), out, repr, cap)) return 1;
@@ -182,8 +182,14 @@ char *kvp_extract_code(const char *text) {
     start += skip;
     while (*start && *start != '\n') start++; /* rest of the fence line */
     if (*start) start++;
+    if (skip == 3 && !strncmp(start, "python\n", 7)) start += 7; /* the language alone on the next line */
     const char *end = strstr(start, "```");
     size_t n = end ? (size_t)(end - start) : strlen(start);
+    for (const char *m = start; (m = strstr(m, "if __name__")) && m < start + n; m++)
+        if (m == start || m[-1] == '\n') { /* a script's demo: not part of the solution */
+            n = (size_t)(m - start);
+            break;
+        }
     char *code = malloc(n + 1);
     if (code) {
         memcpy(code, start, n);
@@ -221,6 +227,45 @@ static void trim_partial_utf8(char *s) {
     unsigned char lead = (unsigned char)s[i - 1];
     size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
     if (n - (i - 1) < need) s[i - 1] = 0;
+}
+
+/* The exception a Python traceback ends with: its last non-empty line, and the class name
+ * that line starts with ("NameError: name 'f' is not defined" -> "NameError"). */
+static void last_exception(const char *out, char *line, size_t cap, char *cls, size_t ccap) {
+    size_t n = strlen(out);
+    while (n && isspace((unsigned char)out[n - 1])) n--;
+    size_t b = n;
+    while (b && out[b - 1] != '\n') b--;
+    snprintf(line, cap, "%.*s", (int)(n - b), out + b);
+    size_t k = 0;
+    while (k + 1 < ccap && (isalnum((unsigned char)line[k]) || line[k] == '_' || line[k] == '.')) cls[k] = line[k], k++;
+    cls[k] = 0;
+}
+
+static int defines(const char *code, const char *fn) {
+    size_t n = strlen(fn);
+    for (const char *p = code; (p = strstr(p, "def ")); p += 4)
+        if (!strncmp(p + 4, fn, n) && p[4 + n] == '(') return 1;
+    return 0;
+}
+
+/* Why a code answer failed, from what it defines and how the sandboxed run ended. */
+static void code_error(const kvp_example *ex, const char *code, const kvp_sandbox_result *r, kvp_score_result *res) {
+    char cls[64] = "";
+    if (!r->passed) last_exception(r->output, res->exception, sizeof res->exception, cls, sizeof cls);
+    const char *e = "runtime";
+    if (r->passed) e = "pass";
+    else if (r->timed_out) e = "timeout";
+    else if (r->exit_code < 0) e = "killed";
+    else if (!strcmp(cls, "SyntaxError") || !strcmp(cls, "IndentationError") || !strcmp(cls, "TabError")) e = "syntax";
+    else if (ex->entry_point && !defines(code, ex->entry_point)) e = "wrong_name";
+    else if (!strcmp(cls, "AssertionError")) e = "assertion";
+    snprintf(res->error, sizeof res->error, "%s", e);
+}
+
+static int blank_text(const char *s) {
+    while (*s && isspace((unsigned char)*s)) s++;
+    return !*s;
 }
 
 static int score_kind(const kvp_example *ex, const char *output, const kvp_sandbox_opts *sb, kvp_score_result *res,
@@ -268,7 +313,12 @@ static int score_kind(const kvp_example *ex, const char *output, const kvp_sandb
     case KVP_TASK_CODE: {
         char *code = kvp_extract_code(output);
         if (!code) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
-        int needs_header = ex->code_header && ex->entry_point && !strstr(code, ex->entry_point);
+        if (blank_text(code)) {
+            snprintf(res->error, sizeof res->error, "no_code");
+            free(code);
+            return 0;
+        }
+        int needs_header = ex->code_header && ex->entry_point && !defines(code, ex->entry_point);
         size_t n = strlen(code) + strlen(ex->test_code) + (needs_header ? strlen(ex->code_header) : 0) + 8;
         char *prog = malloc(n);
         if (!prog) {
@@ -277,13 +327,15 @@ static int score_kind(const kvp_example *ex, const char *output, const kvp_sandb
         }
         snprintf(prog, n, "%s%s\n\n%s", needs_header ? ex->code_header : "", code, ex->test_code);
         snprintf(res->extracted, sizeof res->extracted, "%.*s", (int)strcspn(code, "\n"), code);
-        free(code);
         kvp_sandbox_result r;
         int rc = kvp_sandbox_python(prog, sb, &r, err);
         free(prog);
-        if (rc) return rc;
-        res->score = r.passed;
-        return 0;
+        if (!rc) {
+            res->score = r.passed;
+            code_error(ex, code, &r, res);
+        }
+        free(code);
+        return rc;
     }
     }
     return kvp_fail(err, KVP_E_INVALID, "unknown task kind %d", ex->kind);
@@ -291,7 +343,18 @@ static int score_kind(const kvp_example *ex, const char *output, const kvp_sandb
 
 int kvp_score(const kvp_example *ex, const char *output, const kvp_sandbox_opts *sb, kvp_score_result *res,
               kvp_error *err) {
+    char *full = NULL;
+    if (ex->response_prefix) { /* the model continued the prefix: read both */
+        size_t a = strlen(ex->response_prefix), b = strlen(output);
+        if (!(full = malloc(a + b + 1))) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
+        memcpy(full, ex->response_prefix, a);
+        memcpy(full + a, output, b + 1);
+        output = full;
+    }
     int rc = score_kind(ex, output, sb, res, err);
+    free(full);
     trim_partial_utf8(res->extracted);
+    trim_partial_utf8(res->exception);
+    if (!rc && !res->error[0]) snprintf(res->error, sizeof res->error, "%s", res->score ? "pass" : res->extracted[0] ? "wrong" : "no_answer");
     return rc;
 }

@@ -13,35 +13,96 @@ kvp_kv *sweep_prefill(run_ctx *r, const int32_t *ids, int n, int n_ctx) {
 
 int sweep_is_end(const run_ctx *r, int32_t t) { return kvp_token_is_eog(r->tok, t); }
 
+/* ---- the text so far, and the stop sequence ----------------------------------------------- */
+
+static int text_put(gen_text *t, const char *s, size_t n) {
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = (t->len + n + 1) * 2;
+        char *p = realloc(t->p, cap);
+        if (!p) return -1;
+        t->p = p;
+        t->cap = cap;
+    }
+    memcpy(t->p + t->len, s, n);
+    t->len += n;
+    t->p[t->len] = 0;
+    return 0;
+}
+
+/* Append token tok's bytes; 1 if the example's stop sequence now appears in the text (looked
+ * for only where it could end inside the new bytes, the response prefix included), 0 if not,
+ * -1 out of memory. */
+static int text_add(run_ctx *r, const kvp_example *ex, gen_text *t, int32_t tok) {
+    char buf[256];
+    size_t n = kvp_token_to_bytes(r->tok, tok, 0, buf, sizeof buf), before = t->len;
+    if (text_put(t, buf, n < sizeof buf ? n : sizeof buf)) return -1;
+    if (!ex->stop) return 0;
+    size_t k = strlen(ex->stop), from = before + 1 > k ? before + 1 - k : 0;
+    return from < t->len && strstr(t->p + from, ex->stop) != NULL;
+}
+
+int sweep_text_start(run_ctx *r, const kvp_example *ex, const example_state *s, int W, gen_text *t) {
+    memset(t, 0, sizeof *t);
+    const char *pre = ex->response_prefix ? ex->response_prefix : "";
+    if (text_put(t, pre, strlen(pre))) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    t->start = t->len;
+    for (int i = 0; i < W && i < s->n_clean; i++)
+        if (text_add(r, ex, t, s->clean_tok[i]) < 0) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    return 0;
+}
+
+/* The greedy token and its margin over the runner-up. */
+static int32_t greedy(const float *lg, int V, float *margin) {
+    int32_t best = kvp_argmax(lg, V);
+    float second = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (i != best && lg[i] > second) second = lg[i];
+    *margin = lg[best] - second;
+    return best;
+}
+
 /* Clean greedy decode from the prefilled base; keeps the logits of the first n_save steps. */
-int sweep_clean_decode(run_ctx *r, example_state *s, int n_save) {
+int sweep_clean_decode(run_ctx *r, const kvp_example *ex, example_state *s, int n_save) {
     int V = r->hp->n_vocab, n = s->prompt.n;
     if (!(s->clean = kvp_kv_clone(s->base, r->err))) return r->err->code;
     s->clean_tok = malloc((size_t)(r->max_new + 1) * sizeof *s->clean_tok);
+    s->clean_margin = malloc((size_t)(r->max_new + 1) * sizeof *s->clean_margin);
     s->clean_logits = malloc((size_t)(n_save > 0 ? n_save : 1) * V * sizeof(float));
     float *lg = malloc((size_t)V * sizeof(float));
-    if (!s->clean_tok || !s->clean_logits || !lg) {
-        free(lg);
-        return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
-    }
+    gen_text text;
+    int rc = sweep_text_start(r, ex, s, 0, &text);
+    if (!rc && (!s->clean_tok || !s->clean_margin || !s->clean_logits || !lg))
+        rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
     int32_t x = s->prompt.ids[n - 1];
-    for (int step = 0; step < r->max_new; step++) {
+    s->clean_stop = STOP_MAX_TOKENS;
+    for (int step = 0; step < r->max_new && !rc; step++) {
         kvp_row row = {x, n - 1 + step, s->clean, lg};
-        if (kvp_forward(r->ctx, &row, 1, r->err)) {
-            free(lg);
-            return r->err->code;
-        }
+        if ((rc = kvp_forward(r->ctx, &row, 1, r->err))) break;
         s->clean_steps = step + 1;
         if (step < n_save) memcpy(s->clean_logits + (size_t)step * V, lg, (size_t)V * sizeof(float)), s->n_saved = step + 1;
-        x = kvp_argmax(lg, V);
+        x = greedy(lg, V, &s->clean_margin[step]);
         if (sweep_is_end(r, x)) {
-            s->clean_eog = 1;
+            s->clean_stop = STOP_EOG;
             break;
         }
         s->clean_tok[s->n_clean++] = x;
+        int hit = text_add(r, ex, &text, x);
+        if (hit < 0) rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+        if (hit > 0) {
+            s->clean_stop = STOP_SEQUENCE;
+            break;
+        }
     }
+    free(text.p);
     free(lg);
-    return 0;
+    return rc;
+}
+
+outcome sweep_clean_outcome(const run_ctx *r, const example_state *s, const char *cond, int L, int W) {
+    return (outcome){.cond = cond, .L = L, .W = W, .tok = s->clean_tok, .n_tok = s->n_clean, .stop = s->clean_stop,
+                     .agreement = 1.0, .first_div = -1, .n_prompt = s->prompt.n, .readout = s->clean_readout,
+                     .cand_lp = sweep_is_loglik(r->o->readout) ? s->clean_lp : NULL,
+                     .margin = r->o->margins ? s->clean_margin : NULL};
 }
 
 /* KL(p || q) of the softmax distributions of two logit vectors, in nats (fp64). */
@@ -68,8 +129,8 @@ static void agreement(const example_state *s, const cell *c, double *agree, int 
         same += eq;
         if (!eq && *first_div < 0) *first_div = w;
     }
-    if (*first_div < 0 && s->clean_eog != c->eog) *first_div = c->W + len;
-    *agree = len ? (double)same / len : (s->clean_eog == c->eog ? 1.0 : 0.0);
+    if (*first_div < 0 && s->clean_stop != c->stop) *first_div = c->W + len;
+    *agree = len ? (double)same / len : (s->clean_stop == c->stop ? 1.0 : 0.0);
 }
 
 /* Decode cells together until all finish; write each record as it finishes (in cell order).
@@ -111,20 +172,27 @@ int sweep_decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cell
                     c->kl_n++;
                 }
                 if (step == 0 && r->o->readout == KVP_READOUT_FIRST_TOKEN) c->readout = sweep_readout(r, c->logits);
-                int32_t t = kvp_argmax(c->logits, V);
-                if (sweep_is_end(r, t)) c->eog = c->done = 1;
-                else if ((c->tok[c->n_tok++] = t, c->n_tok >= r->max_new)) c->done = 1;
+                int32_t t = greedy(c->logits, V, &c->margin[step]);
+                if (sweep_is_end(r, t)) {
+                    c->stop = STOP_EOG, c->done = 1;
+                    continue;
+                }
+                c->tok[c->n_tok++] = t;
+                int hit = text_add(r, ex, &c->text, t);
+                if (hit < 0) rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+                if (hit > 0) c->stop = STOP_SEQUENCE, c->done = 1;
+                else if (c->n_tok >= r->max_new) c->stop = STOP_MAX_TOKENS, c->done = 1;
             }
         }
         for (int i = 0; i < n_cells && !rc; i++) { /* records of cells that just finished, in cell order */
             cell *c = &cells[i];
             if (!c->done || !c->kv) continue;
-            double ag;
-            int fd;
-            agreement(s, c, &ag, &fd);
-            rc = sweep_write_record(r, ex, kvp_condition_name(c->cond), c->L, c->W, c->tok, c->n_tok, c->eog, 1, c->kl_sum,
-                              c->kl_n, ag, fd, n, c->readout, sweep_is_loglik(r->o->readout) ? c->cand_lp : NULL,
-                              sweep_now_s() - c->t0);
+            outcome o = {.cond = kvp_condition_name(c->cond), .L = c->L, .W = c->W, .applied = 1, .tok = c->tok,
+                         .n_tok = c->n_tok, .stop = c->stop, .kl = c->kl_sum, .kl_n = c->kl_n, .n_prompt = n,
+                         .readout = c->readout, .cand_lp = sweep_is_loglik(r->o->readout) ? c->cand_lp : NULL,
+                         .margin = r->o->margins ? c->margin : NULL, .seconds = sweep_now_s() - c->t0};
+            agreement(s, c, &o.agreement, &o.first_div);
+            rc = sweep_write_record(r, ex, &o);
             kvp_kv_free(c->kv);
             c->kv = NULL;
         }

@@ -26,7 +26,8 @@ static int cloze_prompt(run_ctx *r, const kvp_example *ex, kvp_prompt *p) {
 }
 
 /* The prompt: optional system turn, the few-shot demonstrations as user/assistant turns, then
- * the example's user turn. Without a chat template, turns are separated by blank lines. */
+ * the example's user turn and the opening of the assistant's (its response prefix, if any).
+ * Without a chat template, turns are separated by blank lines. */
 int sweep_user_prompt(run_ctx *r, const kvp_example *ex, kvp_prompt *p) {
     if (r->o->format == KVP_FORMAT_CLOZE) return cloze_prompt(r, ex, p);
     int nd = r->ds.n_demos, n = 0, raw = r->tmpl.kind == KVP_TMPL_NONE, rc;
@@ -65,7 +66,9 @@ int sweep_user_prompt(run_ctx *r, const kvp_example *ex, kvp_prompt *p) {
     msgs[n++] = (kvp_message){"user", last};
     int ok = 1;
     for (int i = 0; i < n; i++) ok &= msgs[i].content != NULL;
-    rc = ok ? kvp_chat_prompt(r->tok, &r->tmpl, msgs, n, 1, p, r->err) : kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    rc = !ok                 ? kvp_fail(r->err, KVP_E_NOMEM, "out of memory")
+         : ex->response_prefix ? kvp_chat_prompt_prefixed(r->tok, &r->tmpl, msgs, n, ex->response_prefix, p, r->err)
+                               : kvp_chat_prompt(r->tok, &r->tmpl, msgs, n, 1, p, r->err);
     for (int i = 0; i < n_owned; i++) free(owned[i]);
     free(owned);
     free(msgs);

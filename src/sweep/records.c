@@ -31,11 +31,30 @@ static int score_cached(run_ctx *r, const kvp_example *ex, const char *text, kvp
     return 0;
 }
 
-int sweep_write_record(run_ctx *r, const kvp_example *ex, const char *cond, int L, int W, const int32_t *tok, int n_tok,
-                        int eog, int applied, double kl, int kl_n, double agreement, int first_div, int n_prompt,
-                        int ro, const double *cand_lp, double seconds) {
+static const char *stop_name(stop_reason s) {
+    return s == STOP_EOG ? "eog" : s == STOP_SEQUENCE ? "stop_sequence" : "max_tokens";
+}
+
+/* A generation cut by the token limit that ends repeating itself: its last LOOP_SPAN tokens
+ * equal the tokens p earlier, for a period p of at most LOOP_SPAN / 2 (the study's "token
+ * loops under ZERO"). */
+#define LOOP_SPAN 64
+static int looped(const outcome *o) {
+    if (o->stop != STOP_MAX_TOKENS || o->n_tok < 2 * LOOP_SPAN) return 0;
+    const int32_t *t = o->tok + o->n_tok - LOOP_SPAN;
+    for (int p = 1; p <= LOOP_SPAN / 2; p++) {
+        int k = 0;
+        while (k < LOOP_SPAN && t[k] == t[k - p]) k++;
+        if (k == LOOP_SPAN) return 1;
+    }
+    return 0;
+}
+
+int sweep_write_record(run_ctx *r, const kvp_example *ex, const outcome *o) {
     char *text = NULL;
     size_t tlen;
+    const int32_t *tok = o->tok;
+    int n_tok = o->n_tok, ro = o->readout, eog = o->stop == STOP_EOG;
     if (kvp_detokenize(r->tok, tok, n_tok, 0, &text, &tlen)) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
     /* A generation cut at the token limit can end inside a UTF-8 sequence (and byte tokens can
      * form invalid ones): replace those like HF's decode does, so records stay valid JSON. */
@@ -57,11 +76,11 @@ int sweep_write_record(run_ctx *r, const kvp_example *ex, const char *cond, int 
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "dataset", r->ds.name);
     cJSON_AddStringToObject(j, "example_id", ex->id);
-    cJSON_AddStringToObject(j, "condition", cond);
-    cJSON_AddNumberToObject(j, "L", L);
-    cJSON_AddNumberToObject(j, "W", W);
+    cJSON_AddStringToObject(j, "condition", o->cond);
+    cJSON_AddNumberToObject(j, "L", o->L);
+    cJSON_AddNumberToObject(j, "W", o->W);
     cJSON_AddStringToObject(j, "span", kvp_span_name(r->o->span));
-    cJSON_AddBoolToObject(j, "edit_applied", applied);
+    cJSON_AddBoolToObject(j, "edit_applied", o->applied);
     cJSON_AddStringToObject(j, "text", text);
     cJSON *ids = cJSON_AddArrayToObject(j, "tokens");
     for (int i = 0; i < n_tok; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(tok[i]));
@@ -70,27 +89,35 @@ int sweep_write_record(run_ctx *r, const kvp_example *ex, const char *cond, int 
     if (r->o->readout) { /* the score is the read-out's; the text's is kept beside it */
         const char *pick = ro >= 0 ? r->cand[ro] : "";
         cJSON_AddStringToObject(j, "readout", pick);
-        if (cand_lp) {
+        if (o->cand_lp) {
             cJSON *lp = cJSON_AddObjectToObject(j, "logprobs");
-            for (int c = 0; c < r->n_cand; c++) cJSON_AddNumberToObject(lp, r->cand[c], round(cand_lp[c] * 1e4) / 1e4);
+            for (int c = 0; c < r->n_cand; c++) cJSON_AddNumberToObject(lp, r->cand[c], round(o->cand_lp[c] * 1e4) / 1e4);
         }
         cJSON_AddNumberToObject(j, "text_score", sc.score);
         sc.score = ro >= 0 && !strcasecmp(pick, ex->answer);
     }
     cJSON_AddNumberToObject(j, "score", sc.score);
+    cJSON_AddStringToObject(j, "error_class", sc.error);
+    if (sc.exception[0]) cJSON_AddStringToObject(j, "exception", sc.exception);
     cJSON_AddNumberToObject(j, "decode_steps", n_tok + (eog ? 1 : 0));
     cJSON_AddBoolToObject(j, "stopped_at_eog", eog);
-    cJSON_AddNumberToObject(j, "prompt_tokens", n_prompt);
-    if (kl_n > 0) cJSON_AddNumberToObject(j, "kl_mean", kl / kl_n);
+    cJSON_AddStringToObject(j, "stop_reason", stop_name(o->stop));
+    cJSON_AddBoolToObject(j, "looped", looped(o));
+    cJSON_AddNumberToObject(j, "prompt_tokens", o->n_prompt);
+    if (o->kl_n > 0) cJSON_AddNumberToObject(j, "kl_mean", o->kl / o->kl_n);
     else cJSON_AddNullToObject(j, "kl_mean");
-    cJSON_AddNumberToObject(j, "kl_steps", kl_n);
-    cJSON_AddNumberToObject(j, "agreement", agreement);
-    cJSON_AddNumberToObject(j, "first_divergence", first_div);
+    cJSON_AddNumberToObject(j, "kl_steps", o->kl_n);
+    cJSON_AddNumberToObject(j, "agreement", o->agreement);
+    cJSON_AddNumberToObject(j, "first_divergence", o->first_div);
+    if (o->margin) {
+        cJSON *m = cJSON_AddArrayToObject(j, "margins");
+        for (int i = 0; i < n_tok + eog; i++) cJSON_AddItemToArray(m, cJSON_CreateNumber(round(o->margin[i] * 1e4) / 1e4));
+    }
     cJSON_AddStringToObject(j, "model_sha256", r->model_sha);
     cJSON_AddStringToObject(j, "kvprobe_version", KVPROBE_VERSION);
     cJSON_AddStringToObject(j, "activations", kvp_precision_name(r->prec));
     cJSON *t = cJSON_AddObjectToObject(j, "timing");
-    cJSON_AddNumberToObject(t, "seconds", round(seconds * 1e4) / 1e4);
+    cJSON_AddNumberToObject(t, "seconds", round(o->seconds * 1e4) / 1e4);
     char *line = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     free(text);
@@ -99,7 +126,7 @@ int sweep_write_record(run_ctx *r, const kvp_example *ex, const char *cond, int 
     free(line);
     if (bad) return kvp_fail(r->err, KVP_E_IO, "results.jsonl: write failed: %s", strerror(errno));
     char key[512];
-    sweep_cell_key(key, sizeof key, ex->id, cond, L, W);
+    sweep_cell_key(key, sizeof key, ex->id, o->cond, o->L, o->W);
     sweep_mark_done(r, key);
     r->cells_finished++;
     r->cells_this_run++;

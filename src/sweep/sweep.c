@@ -24,8 +24,17 @@ static void free_state(example_state *s) {
     kvp_kv_free(s->donor_other);
     kvp_kv_free(s->clean);
     free(s->clean_tok);
+    free(s->clean_margin);
     free(s->clean_logits);
     for (int c = 0; c < KVP_MAX_CAND; c++) kvp_kv_free(s->cont_kv[c]), free(s->cont_lp[c]);
+}
+
+static void free_cell(cell *c) {
+    kvp_kv_free(c->kv);
+    free(c->tok);
+    free(c->margin);
+    free(c->text.p);
+    free(c->logits);
 }
 
 static int max_step(const run_ctx *r) {
@@ -75,14 +84,13 @@ static int run_example(run_ctx *r, int ei) {
     if (need_other && (sweep_other_donor(r, &s.prompt, &r->ds.ex[(ei + 1) % r->ds.n], &s.other) ||
                        !(s.donor_other = sweep_prefill(r, s.other.ids, n - 1, n_ctx))))
         goto fail;
-    if (sweep_clean_decode(r, &s, max_step(r) + r->kl_steps)) goto fail;
+    if (sweep_clean_decode(r, ex, &s, max_step(r) + r->kl_steps)) goto fail;
     if (r->o->readout && sweep_readout_candidates(r, ex)) goto fail;
     const int loglik = sweep_is_loglik(r->o->readout);
     if (loglik ? sweep_loglik_clean(r, &s) : (s.clean_readout = sweep_readout(r, s.clean_logits), 0)) goto fail;
-    if (!sweep_is_done(r, ex->id, clean_name, r->hp->n_layer, 0) &&
-        (rc = sweep_write_record(r, ex, clean_name, r->hp->n_layer, 0, s.clean_tok, s.n_clean, s.clean_eog, 0, 0, 0, 1.0, -1,
-                           n, s.clean_readout, loglik ? s.clean_lp : NULL, sweep_now_s() - t0)))
-        goto out;
+    outcome clean = sweep_clean_outcome(r, &s, clean_name, r->hp->n_layer, 0);
+    clean.seconds = sweep_now_s() - t0;
+    if (!sweep_is_done(r, ex->id, clean_name, r->hp->n_layer, 0) && (rc = sweep_write_record(r, ex, &clean))) goto out;
 
     /* Every cell forks the finished clean run at its own W, so cells of all W decode together
      * as one batch (one forward pass per step for all of them) — in waves when their caches
@@ -105,11 +113,7 @@ static int run_example(run_ctx *r, int ei) {
         /* decode the wave so far if this W's cells would overflow it (or at the end) */
         if (n_cells && (w == r->n_steps || wave_bytes + (size_t)group * fork_bytes > KVP_SWEEP_FORK_BYTES)) {
             rc = sweep_decode_cells(r, &s, ex, cells, n_cells);
-            for (int i = 0; i < n_cells; i++) {
-                kvp_kv_free(cells[i].kv);
-                free(cells[i].tok);
-                free(cells[i].logits);
-            }
+            for (int i = 0; i < n_cells; i++) free_cell(&cells[i]);
             memset(cells, 0, (size_t)n_cells * sizeof *cells);
             n_cells = 0;
             wave_bytes = 0;
@@ -126,11 +130,11 @@ static int run_example(run_ctx *r, int ei) {
                                  .seg = s.prompt.seg, .seed = r->o->seed ^ (uint64_t)ei * 0x9E3779B97F4A7C15ull,
                                  .donor = r->conds[c] == KVP_COND_OTHER ? s.donor_other : s.donor_blank};
                 if (W >= s.clean_steps) { /* the clean run ended before step W: nothing to edit */
-                    int pick = s.clean_readout;
+                    outcome o = sweep_clean_outcome(r, &s, cn, r->layers[l], W);
                     double lp[KVP_MAX_CAND];
-                    if (loglik && (rc = sweep_loglik_cell(r, &s, &sp, W, lp, &pick))) break;
-                    rc = sweep_write_record(r, ex, cn, r->layers[l], W, s.clean_tok, s.n_clean, s.clean_eog, 0, 0, 0, 1.0, -1,
-                                      n, pick, loglik ? lp : NULL, 0.0);
+                    if (loglik && (rc = sweep_loglik_cell(r, &s, &sp, W, lp, &o.readout))) break;
+                    if (loglik) o.cand_lp = lp;
+                    rc = sweep_write_record(r, ex, &o);
                     continue;
                 }
                 cell *ce = &cells[n_cells++];
@@ -140,14 +144,16 @@ static int run_example(run_ctx *r, int ei) {
                 ce->t0 = tw;
                 ce->applied = 1;
                 ce->tok = malloc((size_t)(r->max_new + 1) * sizeof *ce->tok);
+                ce->margin = malloc((size_t)(r->max_new + 1) * sizeof *ce->margin);
                 ce->logits = malloc((size_t)V * sizeof(float));
-                if (!ce->tok || !ce->logits || !(ce->kv = kvp_kv_clone(s.clean, r->err)) ||
-                    kvp_kv_truncate(ce->kv, n - 1 + W, r->err)) {
+                if (!ce->tok || !ce->margin || !ce->logits || sweep_text_start(r, ex, &s, W, &ce->text) ||
+                    !(ce->kv = kvp_kv_clone(s.clean, r->err)) || kvp_kv_truncate(ce->kv, n - 1 + W, r->err)) {
                     rc = r->err->code ? r->err->code : kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
                     break;
                 }
                 wave_bytes += fork_bytes;
                 memcpy(ce->tok, s.clean_tok, (size_t)W * sizeof *ce->tok); /* tokens before W are clean */
+                memcpy(ce->margin, s.clean_margin, (size_t)W * sizeof *ce->margin);
                 ce->n_tok = W;
                 rc = kvp_splice_apply(ce->kv, &sp, r->err);
                 ce->readout = W == 0 ? -1 : s.clean_readout; /* first-token: set at step 0 if W = 0 */
@@ -155,11 +161,7 @@ static int run_example(run_ctx *r, int ei) {
             }
         }
     }
-    for (int i = 0; i < n_cells; i++) {
-        kvp_kv_free(cells[i].kv);
-        free(cells[i].tok);
-        free(cells[i].logits);
-    }
+    for (int i = 0; i < n_cells; i++) free_cell(&cells[i]);
     free(cells);
     goto out;
 fail:

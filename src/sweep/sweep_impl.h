@@ -63,13 +63,30 @@ typedef struct run_ctx {
     kvp_error *err;
 } run_ctx;
 
+/* Why a generation ended. */
+typedef enum stop_reason {
+    STOP_MAX_TOKENS = 0, /* --max-new-tokens reached */
+    STOP_EOG,            /* an end-of-generation token (end of turn), not part of the text */
+    STOP_SEQUENCE,       /* the example's stop sequence (code: the closing fence), kept in the text */
+} stop_reason;
+
+/* A generation's text as bytes (after the example's response prefix), grown token by token so
+ * the stop sequence is seen the step it appears. */
+typedef struct gen_text {
+    char *p;
+    size_t len, cap, start; /* start: bytes of the response prefix before the generation */
+} gen_text;
+
 typedef struct cell {
     kvp_condition cond;
     int L, W;
     kvp_kv *kv;
     int32_t *tok;         /* generated tokens from step 0 (clean prefix before W) */
     int n_tok;
-    int done, eog, applied;
+    int done, applied;
+    stop_reason stop;
+    gen_text text;
+    float *margin;        /* --margins: top-1 minus top-2 logit at each step (clean before W) */
     double kl_sum;
     int kl_n;
     float *logits;
@@ -78,11 +95,31 @@ typedef struct cell {
     double cand_lp[KVP_MAX_CAND]; /* --readout loglik: each candidate's log-probability */
 } cell;
 
+/* One finished cell (or the clean run), as records.c writes it. */
+typedef struct outcome {
+    const char *cond;
+    int L, W, applied;
+    const int32_t *tok;
+    int n_tok;
+    stop_reason stop;
+    double kl;            /* summed over kl_n steps */
+    int kl_n;
+    double agreement;
+    int first_div;
+    int n_prompt;
+    int readout;
+    const double *cand_lp;
+    const float *margin;  /* [decode steps] or NULL */
+    double seconds;
+} outcome;
+
 typedef struct example_state {
     kvp_prompt prompt, blank, other;
     kvp_kv *base, *donor_blank, *donor_other, *clean;
     int32_t *clean_tok;
-    int n_clean, clean_eog, clean_steps; /* steps = forward passes the clean run made */
+    int n_clean, clean_steps;            /* steps = forward passes the clean run made */
+    stop_reason clean_stop;
+    float *clean_margin;                 /* --margins: [clean_steps] */
     float *clean_logits;                 /* [n_saved][V] logits of steps 0..n_saved-1 */
     int n_saved;
     int clean_readout;                   /* --readout: the clean run's candidate */
@@ -110,14 +147,16 @@ int sweep_loglik_cell(run_ctx *r, const example_state *s, const kvp_splice *sp, 
 /* decode.c */
 kvp_kv *sweep_prefill(run_ctx *r, const int32_t *ids, int n, int n_ctx);
 int sweep_is_end(const run_ctx *r, int32_t t);
-int sweep_clean_decode(run_ctx *r, example_state *s, int n_save);
+int sweep_clean_decode(run_ctx *r, const kvp_example *ex, example_state *s, int n_save);
 int sweep_decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cell *cells, int n_cells);
+/* A cell's text so far: the response prefix, then the clean run's first W tokens. */
+int sweep_text_start(run_ctx *r, const kvp_example *ex, const example_state *s, int W, gen_text *t);
+/* The clean run's outcome, for the clean record and for cells whose W lies past its end. */
+outcome sweep_clean_outcome(const run_ctx *r, const example_state *s, const char *cond, int L, int W);
 
 /* records.c */
 void sweep_forget_scores(run_ctx *r);
-int sweep_write_record(run_ctx *r, const kvp_example *ex, const char *cond, int L, int W, const int32_t *tok, int n_tok,
-                        int eog, int applied, double kl, int kl_n, double agreement, int first_div, int n_prompt,
-                        int ro, const double *cand_lp, double seconds);
+int sweep_write_record(run_ctx *r, const kvp_example *ex, const outcome *o);
 void sweep_progress(run_ctx *r, int ex_done, int force);
 
 /* resume.c */

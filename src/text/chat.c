@@ -492,6 +492,21 @@ int kvp_chat_prompt(const kvp_tokenizer *t, const kvp_template *tm, const kvp_me
     return tokenize_rendered(t, out, err);
 }
 
+int kvp_chat_prompt_prefixed(const kvp_tokenizer *t, const kvp_template *tm, const kvp_message *m, int n,
+                             const char *prefix, kvp_prompt *out, kvp_error *err) {
+    if (kvp_chat_render(t, tm, m, n, 1, out, err)) return err->code;
+    out_buf o = {out->text, out->byte_seg, out->len, out->len + 1, 0};
+    char *clean = NULL;
+    size_t len = 0;
+    if (tm->kind == KVP_TMPL_NONE && o.len) put(&o, "\n", 1, KVP_SEG_SCAFFOLD);
+    if (kvp_utf8_clean(prefix ? prefix : "", prefix ? strlen(prefix) : 0, &clean, &len, NULL)) o.oom = 1;
+    else put(&o, clean, len, KVP_SEG_ASSISTANT);
+    free(clean);
+    memset(out, 0, sizeof *out);
+    if (render_finish(&o, 0, out, err)) return err->code;
+    return tokenize_rendered(t, out, err);
+}
+
 int kvp_prompt_pieces(const kvp_tokenizer *t, const kvp_piece *pieces, int n, kvp_prompt *out, kvp_error *err) {
     memset(out, 0, sizeof *out);
     out_buf o = {0};

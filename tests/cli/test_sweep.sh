@@ -179,3 +179,33 @@ assert all(a == b for a, b, sg in zip(g["ids"], g["blank_ids"], g["seg"]) if sg 
 PY
 then ok "sweep --format cloze: prompts, segments, BOS per model, BLANK keeps the frame"
 else notok "sweep --format cloze: prompts, segments, BOS per model, BLANK keeps the frame" "$tmp/cz.log"; fi
+
+# The study's own task on the CI's instruct model: a tiny HumanEval sweep on Qwen2.5-Coder-0.5B.
+# EvalPlus prompt (the response prefix opens the code block), the closing fence stops every cell,
+# records carry the stop reason, error class and (--margins) each step's top-2 logit gap.
+QWEN=models/qwen2.5-coder-0.5b-instruct.gguf
+if "$KVPROBE" sweep -m "$QWEN" --dataset humaneval:1 --conditions clean,blank,zero --layers 20 --steps 0,8 \
+        --max-new-tokens 320 --margins -t 2 --quiet --out "$tmp/he" > "$tmp/he.log" 2>&1 &&
+    python3 - "$tmp/he" <<'PY'
+import json, sys
+d = sys.argv[1]
+recs = [json.loads(l) for l in open(d + "/results.jsonl")]
+assert len(recs) == 1 + 2 * 2, len(recs)
+run = json.load(open(d + "/run.json"))
+assert run["activations"] == "q8x2" and run["template"] == "qwen2.5", run
+c = next(r for r in recs if r["condition"] == "clean")
+# HumanEval/0: the 0.5B model writes a passing function and closes the block
+assert c["stop_reason"] == "stop_sequence" and c["text"].rstrip().endswith("```"), c["text"]
+assert c["score"] == 1 and c["error_class"] == "pass" and "def has_close_elements(" in c["text"], c
+for r in recs:
+    assert r["stop_reason"] in ("eog", "stop_sequence", "max_tokens"), r["stop_reason"]
+    assert r["error_class"] in ("pass", "no_code", "syntax", "wrong_name", "assertion", "runtime", "timeout", "killed")
+    assert (r["score"] == 1) == (r["error_class"] == "pass"), r
+    assert len(r["margins"]) == r["decode_steps"] and all(m >= 0 for m in r["margins"]), r["margins"][:4]
+    assert r["stop_reason"] != "stop_sequence" or "```" in r["text"], r["text"][-40:]
+    assert isinstance(r["looped"], bool) and r["activations"] == "q8x2"
+    if r["W"] > 0 and r["edit_applied"]:
+        assert r["tokens"][:r["W"]] == c["tokens"][:r["W"]] and r["margins"][:r["W"]] == c["margins"][:r["W"]]
+PY
+then ok "sweep on Qwen2.5-Coder-0.5B HumanEval: EvalPlus prompt, closing-fence stop, stop reason, error class, margins"
+else notok "sweep on Qwen2.5-Coder-0.5B HumanEval: EvalPlus prompt, closing-fence stop, stop reason, error class, margins" "$tmp/he.log"; fi

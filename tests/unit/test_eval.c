@@ -45,7 +45,7 @@ int main(void) {
     TEST("dataset NAME:N takes the first N in file order") {
         kvp_dataset d;
         CHECK(kvp_dataset_load("gsm8k:7", NULL, 0, &d, &err) == 0 && d.n == 7 && !strcmp(d.ex[0].id, "gsm8k-1"), "%s", err.msg);
-        CHECK(strstr(d.ex[0].prompt, "Janet") && strstr(d.ex[0].prompt, "Answer: <number>"), "prompt");
+        CHECK(strstr(d.ex[0].prompt, "Janet") && strstr(d.ex[0].prompt, "The answer is N."), "prompt");
         kvp_dataset_free(&d);
         CHECK(kvp_dataset_load("gsm8k:0", NULL, 0, &d, &err) != 0, "N = 0 accepted");
         CHECK(kvp_dataset_load("nonsense", NULL, 0, &d, &err) != 0 && strstr(err.msg, "unknown dataset"), "%s", err.msg);
@@ -59,14 +59,16 @@ int main(void) {
         CHECK(!strcmp(d.demos[2].id, all.ex[all.n - 1].id) && !strcmp(d.demos[0].id, all.ex[all.n - 3].id), "demos");
         const char *demo = kvp_example_demo(&d.demos[0]);
         char want[96];
-        snprintf(want, sizeof want, "\nAnswer: %s", d.demos[0].answer);
+        snprintf(want, sizeof want, "\nThe answer is %s.", d.demos[0].answer);
         CHECK(strstr(demo, want) && !strstr(demo, "<<") && !strstr(demo, "####"), "gsm8k demo: %s", demo);
         kvp_dataset_free(&d);
         CHECK(kvp_dataset_load_shots("sst2:3", NULL, 0, 2, &d, &err) == 0 && !strcmp(kvp_example_demo(&d.demos[0]), d.demos[0].answer),
               "label demo is the gold label");
         kvp_dataset_free(&d);
-        CHECK(kvp_dataset_load_shots("mbpp:2", NULL, 0, 1, &d, &err) == 0 && !strncmp(kvp_example_demo(&d.demos[0]), "```python\n", 10),
-              "code demo in a python block");
+        CHECK(kvp_dataset_load_shots("mbpp:2", NULL, 0, 1, &d, &err) == 0 &&
+                  !strncmp(kvp_example_demo(&d.demos[0]), d.demos[0].response_prefix, strlen(d.demos[0].response_prefix)) &&
+                  strstr(kvp_example_demo(&d.demos[0]), "\n```") && strstr(d.demos[0].response_prefix, "```python\n"),
+              "code demo: the response prefix, the solution, the closing fence");
         kvp_dataset_free(&d);
         CHECK(kvp_dataset_load_shots("gsm8k:1318", NULL, 0, 2, &d, &err) != 0 && strstr(err.msg, "need"), "too many rows: %s", err.msg);
         kvp_dataset_free(&all);
@@ -160,6 +162,16 @@ int main(void) {
         char *c = kvp_extract_code("Here:\n```python\ndef f():\n    return 1\n```\nDone");
         CHECK(!strcmp(c, "def f():\n    return 1\n"), "'%s'", c);
         free(c);
+        c = kvp_extract_code("```\npython\ndef f():\n    return 1\n```");
+        CHECK(!strcmp(c, "def f():\n    return 1\n"), "the language tag on its own line: '%s'", c);
+        free(c);
+        c = kvp_extract_code("```python\ndef f():\n    return 1\n\nif __name__ == \"__main__\":\n    print(input())\n```");
+        CHECK(!strcmp(c, "def f():\n    return 1\n\n"), "a __main__ demo is dropped: '%s'", c);
+        free(c);
+        char rep[32];
+        CHECK(kvp_extract_number("so the total is \\boxed{1,024} dollars", &v, rep, sizeof rep) && v == 1024, "boxed: %s", rep);
+        CHECK(kvp_extract_number("3 + 4 = 7 apples. The answer is 7.", &v, rep, sizeof rep) && v == 7, "answer is: %s", rep);
+        CHECK(kvp_extract_number("48 / 2 = 24, 48 + 24 = 72\n#### 72", &v, rep, sizeof rep) && v == 72, "####: %s", rep);
     }
     TEST("scoring: numbers, labels, choices, exact match") {
         kvp_example num = {.kind = KVP_TASK_NUMBER, .answer = "18"};
@@ -195,21 +207,62 @@ int main(void) {
         size_t el = strlen(s.extracted);
         CHECK(el > 200 && el % 2 == 0 && (unsigned char)s.extracted[el - 1] == 0xB7, "extracted cut inside a sequence (%zu bytes)", el);
     }
-    TEST("scoring code: canonical solutions pass, wrong ones fail (sandboxed)") {
+    TEST("code prompts: EvalPlus instruct format, response prefix, closing-fence stop, tested function") {
+        kvp_dataset he, mb;
+        CHECK(kvp_dataset_load("humaneval:1", NULL, 0, &he, &err) == 0 && kvp_dataset_load("mbpp:1", NULL, 0, &mb, &err) == 0,
+              "%s", err.msg);
+        const char *instr = "Please provide a self-contained Python script that solves the following problem in a markdown "
+                            "code block:\n```\n";
+        CHECK(!strncmp(he.ex[0].prompt, instr, strlen(instr)) && strstr(he.ex[0].prompt, "def has_close_elements(") &&
+                  !strcmp(he.ex[0].prompt + strlen(he.ex[0].prompt) - 8, "\"\"\"\n```\n"),
+              "humaneval prompt: '%s'", he.ex[0].prompt);
+        CHECK(strstr(mb.ex[0].prompt, "\"\"\"\nWrite a function to find the shared elements") &&
+                  strstr(mb.ex[0].prompt, "assert set(similar_elements("),
+              "mbpp prompt: the task and its first test in a docstring: '%s'", mb.ex[0].prompt);
+        CHECK(he.ex[0].response_prefix && !strcmp(he.ex[0].stop, "\n```") && mb.ex[0].entry_point &&
+                  !strcmp(mb.ex[0].entry_point, "similar_elements") && !strcmp(he.ex[0].entry_point, "has_close_elements"),
+              "prefix, stop, entry points");
+        kvp_dataset_free(&he);
+        kvp_dataset_free(&mb);
+    }
+    TEST("scoring code: canonical solutions pass, wrong ones fail with their error class (sandboxed)") {
         kvp_dataset he, mb;
         CHECK(kvp_dataset_load("humaneval:2", NULL, 0, &he, &err) == 0 && kvp_dataset_load("mbpp:1", NULL, 0, &mb, &err) == 0,
               "%s", err.msg);
         kvp_score_result s;
-        /* HumanEval/0: the body alone (header prepended because the answer lacks the def) */
-        const char *body = "```python\n    for i, a in enumerate(numbers):\n        for j, b in enumerate(numbers):\n"
+        /* Outputs continue the response prefix (which opens the ```python block). HumanEval/0:
+         * the body alone (header prepended because the answer lacks the def). */
+        const char *body = "    for i, a in enumerate(numbers):\n        for j, b in enumerate(numbers):\n"
                            "            if i != j and abs(a - b) < threshold:\n                return True\n    return False\n```";
-        CHECK(kvp_score(&he.ex[0], body, NULL, &s, &err) == 0 && s.score == 1, "canonical body failed: %s", err.msg);
-        CHECK(kvp_score(&he.ex[0], "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```", NULL, &s,
-                        &err) == 0 && s.score == 0, "wrong solution passed");
-        const char *mb_ok = "```python\ndef similar_elements(a, b):\n    return tuple(set(a) & set(b))\n```";
+        CHECK(kvp_score(&he.ex[0], body, NULL, &s, &err) == 0 && s.score == 1 && !strcmp(s.error, "pass"),
+              "canonical body failed: %s %s", s.error, err.msg);
+        CHECK(kvp_score(&he.ex[0], "def has_close_elements(numbers, threshold):\n    return False\n```", NULL, &s, &err) == 0 &&
+                  s.score == 0 && !strcmp(s.error, "assertion") && !strcmp(s.exception, "AssertionError"),
+              "wrong solution: %g %s '%s'", s.score, s.error, s.exception);
+        const char *mb_ok = "def similar_elements(a, b):\n    return tuple(set(a) & set(b))\n```";
         CHECK(kvp_score(&mb.ex[0], mb_ok, NULL, &s, &err) == 0 && s.score == 1, "mbpp solution failed");
         CHECK(kvp_score(&mb.ex[0], "def similar_elements(a, b):\n    while True: pass\n", &(kvp_sandbox_opts){.timeout_s = 1}, &s,
-                        &err) == 0 && s.score == 0, "looping solution passed");
+                        &err) == 0 && s.score == 0 && !strcmp(s.error, "timeout"), "looping solution: %s", s.error);
+        static const struct {
+            const char *out, *error;
+        } bad[] = {
+            {"def shared(a, b):\n    return tuple(set(a) & set(b))\n```", "wrong_name"},
+            {"def similar_elements(a, b)\n    return 1\n```", "syntax"},
+            {"def similar_elements(a, b):\n    return a[99]\n```", "runtime"},
+            {"```", "no_code"},
+            {"\n\n```", "no_code"},
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+            CHECK(kvp_score(&mb.ex[0], bad[i].out, NULL, &s, &err) == 0 && s.score == 0 && !strcmp(s.error, bad[i].error),
+                  "'%s': %s, want %s (%s)", bad[i].out, s.error, bad[i].error, s.exception);
+        CHECK(kvp_score(&mb.ex[0], "def similar_elements(a, b):\n    return a[99]\n```", NULL, &s, &err) == 0 &&
+                  !strcmp(s.exception, "IndexError: tuple index out of range"),
+              "exception line: '%s'", s.exception);
+        kvp_example num = {.kind = KVP_TASK_NUMBER, .answer = "18"};
+        kvp_score(&num, "I cannot tell.", NULL, &s, &err);
+        CHECK(!strcmp(s.error, "no_answer"), "no number: %s", s.error);
+        kvp_score(&num, "The answer is 17.", NULL, &s, &err);
+        CHECK(!strcmp(s.error, "wrong"), "wrong number: %s", s.error);
         kvp_dataset_free(&he);
         kvp_dataset_free(&mb);
     }
