@@ -61,41 +61,66 @@ static int32_t greedy(const float *lg, int V, float *margin) {
     return best;
 }
 
-/* Clean greedy decode from the prefilled base; keeps the logits of the first n_save steps. */
-int sweep_clean_decode(run_ctx *r, const kvp_example *ex, example_state *s, int n_save) {
-    int V = r->hp->n_vocab, n = s->prompt.n;
-    if (!(s->clean = kvp_kv_clone(s->base, r->err))) return r->err->code;
-    s->clean_tok = malloc((size_t)(r->max_new + 1) * sizeof *s->clean_tok);
-    s->clean_margin = malloc((size_t)(r->max_new + 1) * sizeof *s->clean_margin);
-    s->clean_logits = malloc((size_t)(n_save > 0 ? n_save : 1) * V * sizeof(float));
-    float *lg = malloc((size_t)V * sizeof(float));
-    gen_text text;
-    int rc = sweep_text_start(r, ex, s, 0, &text);
-    if (!rc && (!s->clean_tok || !s->clean_margin || !s->clean_logits || !lg))
-        rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
-    int32_t x = s->prompt.ids[n - 1];
-    s->clean_stop = STOP_MAX_TOKENS;
+/* Clean greedy decodes from each prefilled base, side by side; each keeps the logits of its
+ * first n_save steps. */
+int sweep_clean_decode_group(run_ctx *r, const kvp_example *const *ex, example_state *const *s, int n, int n_save) {
+    int V = r->hp->n_vocab, rc = 0;
+    float *lg = malloc((size_t)n * V * sizeof(float));
+    gen_text *text = calloc((size_t)n, sizeof *text);
+    kvp_row *rows = malloc((size_t)n * sizeof *rows);
+    int *act = malloc((size_t)n * sizeof *act), *done = calloc((size_t)n, sizeof *done);
+    if (!lg || !text || !rows || !act || !done) rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        example_state *e = s[i];
+        e->clean_tok = malloc((size_t)(r->max_new + 1) * sizeof *e->clean_tok);
+        e->clean_margin = malloc((size_t)(r->max_new + 1) * sizeof *e->clean_margin);
+        e->clean_logits = malloc((size_t)(n_save > 0 ? n_save : 1) * V * sizeof(float));
+        e->clean_stop = STOP_MAX_TOKENS;
+        if (!(e->clean = kvp_kv_clone(e->base, r->err)) || (rc = sweep_text_start(r, ex[i], e, 0, &text[i]))) break;
+        if (!e->clean_tok || !e->clean_margin || !e->clean_logits) rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+        done[i] = r->max_new <= 0;
+    }
+    if (!rc && r->err->code) rc = r->err->code;
     for (int step = 0; step < r->max_new && !rc; step++) {
-        kvp_row row = {x, n - 1 + step, s->clean, lg};
-        if ((rc = kvp_forward(r->ctx, &row, 1, r->err))) break;
-        s->clean_steps = step + 1;
-        if (step < n_save) memcpy(s->clean_logits + (size_t)step * V, lg, (size_t)V * sizeof(float)), s->n_saved = step + 1;
-        x = greedy(lg, V, &s->clean_margin[step]);
-        if (sweep_is_end(r, x)) {
-            s->clean_stop = STOP_EOG;
-            break;
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            if (done[i]) continue;
+            example_state *e = s[i];
+            int np = e->prompt.n;
+            int32_t x = step == 0 ? e->prompt.ids[np - 1] : e->clean_tok[step - 1];
+            rows[k] = (kvp_row){x, np - 1 + step, e->clean, lg + (size_t)k * V};
+            act[k++] = i;
         }
-        s->clean_tok[s->n_clean++] = x;
-        int hit = text_add(r, ex, &text, x);
-        if (hit < 0) rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
-        if (hit > 0) {
-            s->clean_stop = STOP_SEQUENCE;
-            break;
+        if (!k) break;
+        if ((rc = kvp_forward(r->ctx, rows, k, r->err))) break;
+        for (int j = 0; j < k && !rc; j++) {
+            int i = act[j];
+            example_state *e = s[i];
+            const float *l = lg + (size_t)j * V;
+            e->clean_steps = step + 1;
+            if (step < n_save) memcpy(e->clean_logits + (size_t)step * V, l, (size_t)V * sizeof(float)), e->n_saved = step + 1;
+            int32_t x = greedy(l, V, &e->clean_margin[step]);
+            if (sweep_is_end(r, x)) {
+                e->clean_stop = STOP_EOG, done[i] = 1;
+                continue;
+            }
+            e->clean_tok[e->n_clean++] = x;
+            int hit = text_add(r, ex[i], &text[i], x);
+            if (hit < 0) rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+            if (hit > 0) e->clean_stop = STOP_SEQUENCE, done[i] = 1;
         }
     }
-    free(text.p);
+    for (int i = 0; text && i < n; i++) free(text[i].p);
+    free(text);
     free(lg);
+    free(rows);
+    free(act);
+    free(done);
     return rc;
+}
+
+int sweep_clean_decode(run_ctx *r, const kvp_example *ex, example_state *s, int n_save) {
+    return sweep_clean_decode_group(r, &ex, &s, 1, n_save);
 }
 
 outcome sweep_clean_outcome(const run_ctx *r, const example_state *s, const char *cond, int L, int W) {

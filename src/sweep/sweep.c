@@ -8,6 +8,8 @@
 /* Fork caches of one example decoding at once are capped at this many bytes (larger grids
  * decode in waves of whole W groups). */
 #define KVP_SWEEP_FORK_BYTES ((size_t)4 << 30)
+/* Clean baselines decode this many examples side by side. */
+#define KVP_CLEAN_GROUP 32
 
 double sweep_now_s(void) {
     struct timespec ts;
@@ -43,48 +45,53 @@ static int max_step(const run_ctx *r) {
     return m;
 }
 
-static int run_example(run_ctx *r, int ei) {
-    const kvp_example *ex = &r->ds.ex[ei];
-    const char *clean_name = kvp_condition_name(KVP_COND_CLEAN);
-    int todo = !sweep_is_done(r, ex->id, clean_name, r->hp->n_layer, 0);
+/* Does example ei still have a record to write? */
+static int has_work(const run_ctx *r, int ei) {
+    const char *id = r->ds.ex[ei].id;
+    int todo = !sweep_is_done(r, id, kvp_condition_name(KVP_COND_CLEAN), r->hp->n_layer, 0);
     for (int w = 0; w < r->n_steps; w++)
         for (int c = 0; c < r->n_conds; c++)
             for (int l = 0; l < r->n_layers; l++)
                 if (r->conds[c] != KVP_COND_CLEAN)
-                    todo |= !sweep_is_done(r, ex->id, kvp_condition_name(r->conds[c]), r->layers[l], r->steps[w]);
-    if (!todo) return 0;
+                    todo |= !sweep_is_done(r, id, kvp_condition_name(r->conds[c]), r->layers[l], r->steps[w]);
+    return todo;
+}
 
-    example_state s;
-    memset(&s, 0, sizeof s);
-    int rc = 0, V = r->hp->n_vocab;
-    double t0 = sweep_now_s();
-    if (sweep_user_prompt(r, ex, &s.prompt)) return kvp_wrap(r->err, "example %s", ex->id);
-    int n = s.prompt.n, n_gen = r->max_new;
+/* The example's prompt and prefills: the prompt without its last token (that token is decode
+ * step 0) and the donors its conditions need. */
+static int prepare(run_ctx *r, int ei, example_state *s) {
+    const kvp_example *ex = &r->ds.ex[ei];
+    memset(s, 0, sizeof *s);
+    s->t0 = sweep_now_s();
+    if (sweep_user_prompt(r, ex, &s->prompt)) return r->err->code;
+    int n = s->prompt.n, n_gen = r->max_new;
     if (sweep_is_loglik(r->o->readout) && n_gen < KVP_LOGLIK_MAX_TOKENS) n_gen = KVP_LOGLIK_MAX_TOKENS;
     int n_ctx = n + n_gen + 1;
-    if (n < 2) {
-        free_state(&s);
-        return kvp_fail(r->err, KVP_E_INVALID, "example %s: the prompt has fewer than 2 tokens", ex->id);
-    }
-    if (n_ctx > r->hp->n_ctx_train && r->hp->n_ctx_train > 0) {
-        free_state(&s);
-        return kvp_fail(r->err, KVP_E_INVALID, "example %s: prompt (%d) + max new tokens exceeds the context (%d)", ex->id,
-                        n, r->hp->n_ctx_train);
-    }
+    if (n < 2) return kvp_fail(r->err, KVP_E_INVALID, "the prompt has fewer than 2 tokens");
+    if (n_ctx > r->hp->n_ctx_train && r->hp->n_ctx_train > 0)
+        return kvp_fail(r->err, KVP_E_INVALID, "prompt (%d) + max new tokens exceeds the context (%d)", n, r->hp->n_ctx_train);
     int need_blank = 0, need_other = 0;
     for (int c = 0; c < r->n_conds; c++) {
         need_blank |= r->conds[c] == KVP_COND_BLANK;
         need_other |= r->conds[c] == KVP_COND_OTHER;
     }
-    /* Prefills: the prompt without its last token (that token is decode step 0), donors. */
-    if (!(s.base = sweep_prefill(r, s.prompt.ids, n - 1, n_ctx))) goto fail;
-    if (need_blank && (kvp_prompt_blank(r->tok, &s.prompt, r->o->filler, KVP_FILLER_SAME_LENGTH, &s.blank, NULL, r->err) ||
-                       !(s.donor_blank = sweep_prefill(r, s.blank.ids, n - 1, n_ctx))))
-        goto fail;
-    if (need_other && (sweep_other_donor(r, &s.prompt, &r->ds.ex[(ei + 1) % r->ds.n], &s.other) ||
-                       !(s.donor_other = sweep_prefill(r, s.other.ids, n - 1, n_ctx))))
-        goto fail;
-    if (sweep_clean_decode(r, ex, &s, max_step(r) + r->kl_steps)) goto fail;
+    if (!(s->base = sweep_prefill(r, s->prompt.ids, n - 1, n_ctx))) return r->err->code;
+    if (need_blank && (kvp_prompt_blank(r->tok, &s->prompt, r->o->filler, KVP_FILLER_SAME_LENGTH, &s->blank, NULL, r->err) ||
+                       !(s->donor_blank = sweep_prefill(r, s->blank.ids, n - 1, n_ctx))))
+        return r->err->code;
+    if (need_other && (sweep_other_donor(r, &s->prompt, &r->ds.ex[(ei + 1) % r->ds.n], &s->other) ||
+                       !(s->donor_other = sweep_prefill(r, s->other.ids, n - 1, n_ctx))))
+        return r->err->code;
+    return 0;
+}
+
+/* After the clean run: its read-out and record, then every cell. */
+static int finish_example(run_ctx *r, int ei, example_state *ps) {
+    const kvp_example *ex = &r->ds.ex[ei];
+    const char *clean_name = kvp_condition_name(KVP_COND_CLEAN);
+    example_state s = *ps; /* (the caller frees it) */
+    int rc = 0, V = r->hp->n_vocab, n = s.prompt.n;
+    double t0 = s.t0;
     if (r->o->readout && sweep_readout_candidates(r, ex)) goto fail;
     const int loglik = sweep_is_loglik(r->o->readout);
     if (loglik ? sweep_loglik_clean(r, &s) : (s.clean_readout = sweep_readout(r, s.clean_logits), 0)) goto fail;
@@ -167,8 +174,37 @@ static int run_example(run_ctx *r, int ei) {
 fail:
     rc = r->err->code ? r->err->code : KVP_E_NOMEM;
 out:
+    *ps = s;
+    return rc;
+}
+
+static int run_example(run_ctx *r, int ei) {
+    if (!has_work(r, ei)) return 0;
+    example_state s;
+    int rc = prepare(r, ei, &s);
+    if (!rc) rc = sweep_clean_decode(r, &r->ds.ex[ei], &s, max_step(r) + r->kl_steps);
+    if (!rc) rc = finish_example(r, ei, &s);
     free_state(&s);
-    if (rc) kvp_wrap(r->err, "example %s", ex->id);
+    if (rc) kvp_wrap(r->err, "example %s", r->ds.ex[ei].id);
+    return rc;
+}
+
+/* A grid without edited cells (a clean baseline): up to the batch size of examples decode side
+ * by side, one forward pass per step for all of them (the same records as one at a time). */
+static int run_clean_group(run_ctx *r, int e0, int e1) {
+    int n = 0, rc = 0, idx[KVP_CLEAN_GROUP];
+    example_state st[KVP_CLEAN_GROUP], *sp[KVP_CLEAN_GROUP];
+    const kvp_example *exs[KVP_CLEAN_GROUP];
+    for (int ei = e0; ei < e1 && !rc; ei++) {
+        if (!has_work(r, ei)) continue;
+        idx[n] = ei, sp[n] = &st[n], exs[n] = &r->ds.ex[ei];
+        rc = prepare(r, ei, &st[n++]);
+        if (rc) kvp_wrap(r->err, "example %s", r->ds.ex[ei].id);
+    }
+    if (!rc && n) rc = sweep_clean_decode_group(r, exs, sp, n, 0);
+    for (int i = 0; i < n && !rc; i++)
+        if ((rc = finish_example(r, idx[i], &st[i]))) kvp_wrap(r->err, "example %s", r->ds.ex[idx[i]].id);
+    for (int i = 0; i < n; i++) free_state(&st[i]);
     return rc;
 }
 
@@ -194,7 +230,13 @@ int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err) {
         if (!o->quiet)
             fprintf(stderr, "[sweep] %s on %s: %d examples, %d conditions, %d layer cutoffs, %d steps; %ld of %ld cells done\n",
                     o->model_path, r.ds.name, r.ds.n, r.n_conds, r.n_layers, r.n_steps, r.cells_finished, r.cells_total);
-        for (int i = 0; i < r.ds.n && !rc; i++) rc = run_example(&r, i);
+        int cells = 0, group = kvp_ctx_max_batch(r.ctx) < KVP_CLEAN_GROUP ? kvp_ctx_max_batch(r.ctx) : KVP_CLEAN_GROUP;
+        for (int c = 0; c < r.n_conds; c++) cells += r.conds[c] != KVP_COND_CLEAN;
+        if (cells || o->unbatched || sweep_is_loglik(o->readout)) group = 1;
+        for (int i = 0; i < r.ds.n && !rc; i += group) {
+            rc = group > 1 ? run_clean_group(&r, i, i + group < r.ds.n ? i + group : r.ds.n) : run_example(&r, i);
+            sweep_progress(&r, i + group < r.ds.n ? i + group : r.ds.n, 0);
+        }
         sweep_progress(&r, r.ds.n, 1);
     }
     if (r.out && fclose(r.out) != 0 && !rc) rc = kvp_fail(err, KVP_E_IO, "%s: close failed", path);

@@ -126,6 +126,7 @@ typedef struct example_state {
     double clean_lp[KVP_MAX_CAND];       /* --readout loglik: clean log-probability per candidate */
     kvp_kv *cont_kv[KVP_MAX_CAND];       /* --readout loglik: the prompt + each continuation, clean */
     double *cont_lp[KVP_MAX_CAND];       /*   and the clean log-probability of each of its tokens */
+    double t0;                           /* when its prompt was built (the clean record's timing) */
 } example_state;
 
 /* plan.c */
@@ -148,6 +149,8 @@ int sweep_loglik_cell(run_ctx *r, const example_state *s, const kvp_splice *sp, 
 kvp_kv *sweep_prefill(run_ctx *r, const int32_t *ids, int n, int n_ctx);
 int sweep_is_end(const run_ctx *r, int32_t t);
 int sweep_clean_decode(run_ctx *r, const kvp_example *ex, example_state *s, int n_save);
+/* The clean runs of n examples side by side (one forward pass per step for all). */
+int sweep_clean_decode_group(run_ctx *r, const kvp_example *const *ex, example_state *const *s, int n, int n_save);
 int sweep_decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cell *cells, int n_cells);
 /* A cell's text so far: the response prefix, then the clean run's first W tokens. */
 int sweep_text_start(run_ctx *r, const kvp_example *ex, const example_state *s, int W, gen_text *t);
