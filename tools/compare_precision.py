@@ -49,8 +49,8 @@ def compare(run, ref, tie):
         key = k[1:]
         c = out[key]
         c["cells"] += 1
-        same = t["tokens"] == r["tokens"] and t["stop_reason" if "stop_reason" in t else "stopped_at_eog"] == \
-            r["stop_reason" if "stop_reason" in r else "stopped_at_eog"]
+        same = t["tokens"] == r["tokens"] and t["stopped_at_eog"] == r["stopped_at_eog"] and \
+            t.get("stop_reason") == r.get("stop_reason", t.get("stop_reason"))
         c["same_tokens"] += same
         c["same_score"] += t["score"] == r["score"]
         if "logprobs" in r and "logprobs" in t:

@@ -80,11 +80,20 @@ typedef struct kvp_qact {
     int8_t *q;  /* [nb][n] */
     float *d;   /* [nb][n / 32] block scales */
     int8_t *lo; /* [nb][n] residual plane in units of d / 256, or NULL (q8) */
+    const void *pk; /* the rows packed for the batch kernels (kvp_qact_pack), or NULL */
 } kvp_qact;
+
+/* Batches of 4 or more rows run packed kernels where the build has them (AVX-512 VNNI): the
+ * activations packed once per input, for every matmul that reads it (otherwise each call packs
+ * its own). kvp_qact_pack_bytes is 0 where there is nothing to pack; kvp_qact_pack sets a->pk
+ * to buf (or NULL). Packing changes no result. */
+size_t kvp_qact_pack_bytes(const kvp_qact *a);
+void kvp_qact_pack(kvp_qact *a, void *buf);
 
 /* 1 if weights of this type have an integer kernel (the quantized types). */
 int kvp_qdot_supported(enum kvp_type type);
-/* Quantize n floats (a multiple of 32) into q[n] and d[n / 32]. */
+/* Quantize n floats (a multiple of 32) into q[n] and d[n / 32]. Changing q, d or lo of a packed
+ * kvp_qact needs a new kvp_qact_pack (or a->pk = NULL). */
 void kvp_quantize_act_row(const float *x, int64_t n, int8_t *q, float *d);
 /* The same q and d, plus the residual x/d - q (|.| <= 1/2) in units of 1/256 into lo (clamped
  * to +-127): x ~ d * (q + lo / 256) to within d / 512 (d / 256 where the clamp bites). */

@@ -27,6 +27,7 @@ struct kvp_ctx {
     int64_t in_ld;
     kvp_qact qin;
     float *in_rounded;   /* emulate: the quantized rows dequantized, [max_batch][widest] */
+    void *qin_pack;      /* qin packed for the batch kernels (kvp_qact_pack), once per input */
     /* activations, [max_batch][width] */
     float *x, *xn, *q, *k, *v, *att, *ffa, *ffb, *tmp;
     float *rope_inv[2];  /* [n_rot/2] inverse frequencies: [0] global layers, [1] sliding-window */
@@ -114,6 +115,9 @@ kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err
     c->qin.d = alloc_f(B * (widest / 32 + 1));
     if (!c->qin.q || !c->qin.d) goto oom;
     if (c->prec == KVP_PREC_Q8X2 && !(c->qin.lo = malloc(B * widest))) goto oom;
+    kvp_qact widest_in = {(int64_t)(widest + 31) / 32 * 32, c->max_batch, NULL, NULL, NULL, NULL};
+    size_t pack = c->prec == KVP_PREC_F32 ? 0 : kvp_qact_pack_bytes(&widest_in);
+    if (pack && !(c->qin_pack = aligned_alloc(64, (pack + 63) / 64 * 64))) goto oom;
     if (c->emulate && !(c->in_rounded = alloc_f(B * widest))) goto oom;
     if (!c->x || !c->xn || !c->tmp || !c->q || !c->k || !c->v || !c->att || !c->ffa || !c->ffb ||
         !c->rope_inv[0] || !c->rope_inv[1] || !c->rope_cs || !c->kvbuf || !c->dotbuf || !c->outp || !c->rows)
@@ -138,6 +142,7 @@ void kvp_ctx_free(kvp_ctx *c) {
     free(c->qin.q);
     free(c->qin.d);
     free(c->qin.lo);
+    free(c->qin_pack);
     free(c);
 }
 
@@ -170,8 +175,10 @@ static void set_input(kvp_ctx *c, const float *in, int64_t ld, int nb, int64_t n
     c->in_ld = ld;
     c->qin.n = n;
     c->qin.nb = nb;
+    c->qin.pk = NULL;
     if (c->prec == KVP_PREC_F32 || n % 32) return;
     for_each_row(c, NULL, nb, 0, row_quantize);
+    if (c->qin_pack && !c->emulate) kvp_qact_pack(&c->qin, c->qin_pack);
 }
 
 /* Quantized weights take the integer kernels unless the context is f32 (or emulates them);

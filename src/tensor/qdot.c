@@ -1,23 +1,24 @@
-/* The fast matmul path: activations quantized to 8-bit blocks, integer block dot products.
+/* The fast matmul path: quantized activations, integer block dot products.
  *
  * Activation rows are cut into blocks of 32 and stored as int8 q with one f32 scale d per
- * block (ggml's Q8_0 idea: d = max|x| / 127, q = round-to-nearest-even(x / d)).
+ * block (ggml's Q8_0 idea: d = max|x| / 127, q = round-to-nearest-even(x / d)); q8x2 adds the
+ * rounded residual as a second int8 plane lo, so x ~ d * (q + lo / 256).
  *
  * Every weight type is read as blocks of 32 unsigned 8-bit values u, with a scale and a min
  * per 16-element half h and a per-type integer offset:
  *       w = sc[h] * (u - off) + mn[h]
  * (Q4_0: u = nibble, off 8; Q4_1: u = nibble, mn = m; Q6_K: 6 bits, off 32, sc = d * scale;
- * Q4_K: sc = d * scale, mn = -dmin * min; ...). The dot of a weight block with an activation
- * block is then exact in integers, sum(u * q) - off * sum(q), scaled once per half:
- *       dot += d * (sc[h] * I[h] + mn[h] * S[h]),   S[h] = sum of q over the half.
+ * Q4_K: sc = d * scale, mn = -dmin * min; ...). A block's dot is then exact in integers and
+ * scaled once per half or block (the exact recipe: "the arithmetic every path follows" below).
  *
- * A tile of RM weight rows x RN activation rows is computed at a time: each weight block is
- * unpacked once per tile and reused for RN activations. Every (row, activation) result goes
- * through the same operations in the same order whatever the tile shape, the thread count or
- * the batch size, so batching never changes a bit.
+ * Kernels: a few activations (decode) take tiles of 4 weight rows whose block dots are reduced
+ * to exact integers for the 4 rows at once; batches of 4 or more on AVX-512 VNNI take packed
+ * tiles of 16 (row, activation) pairs per vector. Every pair goes through the same operations
+ * in the same order whatever the kernel, the tile, the thread count or the batch size, so
+ * batching never changes a bit.
  *
- * ISA: AVX-512 VNNI (vpdpbusd on 256-bit vectors) or AVX-VNNI; AVX2 + FMA (maddubs); a
- * portable C path. Chosen at build time (-march). */
+ * ISA: AVX-512 VNNI or AVX-VNNI; AVX2 + FMA (maddubs); a portable C path. Chosen at build time
+ * (-march). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,12 +150,6 @@ static inline int type_off(int t) {
     }
 }
 
-#ifdef QD_AVX2 /* the portable kernel applies the (zero) mins of every type */
-static inline int type_has_min(int t) {
-    return t == KVP_TYPE_Q4_1 || t == KVP_TYPE_Q5_1 || t == KVP_TYPE_Q2_K || t == KVP_TYPE_Q4_K || t == KVP_TYPE_Q5_K;
-}
-#endif
-
 /* Q4_K / Q5_K: 6-bit scale and min of sub-block j from the 12 packed bytes. */
 static inline void k4_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
     if (j < 4) {
@@ -268,13 +263,30 @@ static void unpack_block(int t, const uint8_t *row, int64_t b, uint8_t u[32], fl
     }
 }
 
+/* ---- the arithmetic every path follows ------------------------------------------------------
+ * For one weight row and one activation row, block by block in order (b = 0, 1, ...):
+ *     X     = q, or 256 q + lo with q8x2;   dx = d, or d / 256 with q8x2
+ *     I_h   = sum over half h of the block of (u - off) * X   (exact int32; H = 2 halves of 16
+ *             for the types with a scale per 16 elements, else H = 1 covering all 32)
+ *     S_h   = sum of X over half h                             (exact; types with mins)
+ *     t     = sc_0 * I_0;  t = fma(sc_1, I_1, t) if H = 2;  t = fma(mn_h, S_h, t) per half
+ *     acc   = fma(dx, t, acc)
+ * Every kernel evaluates exactly this for each (row, activation) pair, in whichever vector lane
+ * holds the pair, so the bits never depend on the tile, the batch, the thread count or the
+ * instruction set. */
+
+static inline int type_halves(int t) { return t == KVP_TYPE_Q6_K || t == KVP_TYPE_Q3_K || t == KVP_TYPE_Q2_K ? 2 : 1; }
+static inline int type_has_min(int t) {
+    return t == KVP_TYPE_Q4_1 || t == KVP_TYPE_Q5_1 || t == KVP_TYPE_Q2_K || t == KVP_TYPE_Q4_K || t == KVP_TYPE_Q5_K;
+}
+
 /* ---- portable kernel --------------------------------------------------------------------- */
 
 #ifndef QD_AVX2
 static void qdot_portable(int t, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
                           float *const *out) {
     int64_t nblk = n / QB;
-    int off = type_off(t);
+    int off = type_off(t), H = type_halves(t), mins = type_has_min(t);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + r * rb;
         for (int j = 0; j < a->nb; j++) {
@@ -283,19 +295,22 @@ static void qdot_portable(int t, const uint8_t *w, size_t rb, int64_t n, int64_t
             float acc = 0.0f;
             for (int64_t b = 0; b < nblk; b++) {
                 uint8_t u[32];
-                float sc[2], mn[2];
+                float sc[2] = {0, 0}, mn[2] = {0, 0};
                 unpack_block(t, row, b, u, sc, mn);
-                float blk = 0.0f;
-                for (int h = 0; h < 2; h++) {
-                    int32_t dot = 0, s = 0;
-                    for (int l = 16 * h; l < 16 * h + 16; l++) {
-                        /* q8x2: the activation in units of d / 256 */
-                        int32_t v = xl ? 256 * xq[b * QB + l] + xl[b * QB + l] : xq[b * QB + l];
-                        dot += (int32_t)u[l] * v, s += v;
-                    }
-                    blk += sc[h] * (float)(dot - off * s) + mn[h] * (float)s;
+                int32_t I[2] = {0, 0}, S[2] = {0, 0};
+                for (int l = 0; l < 32; l++) {
+                    int32_t X = xl ? 256 * xq[b * QB + l] + xl[b * QB + l] : xq[b * QB + l];
+                    int h = H == 2 ? l / 16 : 0;
+                    I[h] += ((int32_t)u[l] - off) * X;
+                    S[h] += X;
                 }
-                acc += (xl ? xd[b] * (1.0f / 256.0f) : xd[b]) * blk;
+                float tt = sc[0] * (float)I[0];
+                if (H == 2) tt = fmaf(sc[1], (float)I[1], tt);
+                if (mins) {
+                    tt = fmaf(mn[0], (float)S[0], tt);
+                    if (H == 2) tt = fmaf(mn[1], (float)S[1], tt);
+                }
+                acc = fmaf(xl ? xd[b] * (1.0f / 256.0f) : xd[b], tt, acc);
             }
             out[j][r] = acc;
         }
@@ -303,7 +318,7 @@ static void qdot_portable(int t, const uint8_t *w, size_t rb, int64_t n, int64_t
 }
 #endif
 
-/* ---- SIMD kernel ------------------------------------------------------------------------- */
+/* ---- SIMD kernels ------------------------------------------------------------------------ */
 
 #ifdef QD_AVX2
 #define INLINE static inline __attribute__((always_inline))
@@ -323,10 +338,6 @@ INLINE int off_shift(int t) {
     }
 }
 
-INLINE __m256 scale2(float s0, float s1) {
-    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(s0)), _mm_set1_ps(s1), 1);
-}
-
 /* 32 bits -> 32 bytes: byte k = 0xff if bit k is set. */
 INLINE __m256i bits_to_bytes(uint32_t bits) {
     const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
@@ -342,28 +353,29 @@ INLINE __m256i nibbles(const uint8_t *qs) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
 }
 
-/* Block b of a row as u (32 bytes), scale vector sv (lanes 0-3: half 0, 4-7: half 1) and, for
- * types with mins, mv. Hot types in registers; the rest through the portable unpacker. */
-INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, __m256 *sv, __m256 *mv) {
+/* Block b of a row as u (32 bytes) and the scale and min of each half (equal halves for the
+ * types with one scale per block). Hot types in registers; the rest through unpack_block. */
+INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, float sc[2], float mn[2]) {
     const uint8_t *p;
+    mn[0] = mn[1] = 0.0f;
     switch (t) {
     case KVP_TYPE_Q4_0:
         p = row + b * 18;
-        *sv = _mm256_set1_ps(f16_at(p));
+        sc[0] = sc[1] = f16_at(p);
         *u = nibbles(p + 2);
         return;
     case KVP_TYPE_Q4_1:
         p = row + b * 20;
-        *sv = _mm256_set1_ps(f16_at(p));
-        *mv = _mm256_set1_ps(f16_at(p + 2));
+        sc[0] = sc[1] = f16_at(p);
+        mn[0] = mn[1] = f16_at(p + 2);
         *u = nibbles(p + 4);
         return;
     case KVP_TYPE_Q5_0:
     case KVP_TYPE_Q5_1: {
         int m1 = t == KVP_TYPE_Q5_1;
         p = row + b * (m1 ? 24 : 22);
-        *sv = _mm256_set1_ps(f16_at(p));
-        if (m1) *mv = _mm256_set1_ps(f16_at(p + 2));
+        sc[0] = sc[1] = f16_at(p);
+        if (m1) mn[0] = mn[1] = f16_at(p + 2);
         uint32_t qh;
         memcpy(&qh, p + (m1 ? 4 : 2), 4);
         *u = _mm256_or_si256(nibbles(p + (m1 ? 8 : 6)), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
@@ -371,7 +383,7 @@ INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, __m256 
     }
     case KVP_TYPE_Q8_0:
         p = row + b * 34;
-        *sv = _mm256_set1_ps(f16_at(p));
+        sc[0] = sc[1] = f16_at(p);
         *u = _mm256_loadu_si256((const __m256i *)(p + 2));
 #ifdef QD_VNNI
         *u = _mm256_xor_si256(*u, _mm256_set1_epi8((char)0x80)); /* q + 128 */
@@ -381,8 +393,8 @@ INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, __m256 
         p = row + (b / 8) * 144;
         int bb = (int)(b % 8), s, mi;
         k4_scale_min(bb, p + 4, &s, &mi);
-        *sv = _mm256_set1_ps(f16_at(p) * (float)s);
-        *mv = _mm256_set1_ps(-(f16_at(p + 2) * (float)mi));
+        sc[0] = sc[1] = f16_at(p) * (float)s;
+        mn[0] = mn[1] = -(f16_at(p + 2) * (float)mi);
         __m256i q = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * (bb / 2)));
         if (bb % 2) q = _mm256_srli_epi16(q, 4);
         *u = _mm256_and_si256(q, _mm256_set1_epi8(15));
@@ -392,7 +404,8 @@ INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, __m256 
         p = row + (b / 8) * 210;
         int bb = (int)(b % 8), half = bb / 4, quarter = bb % 4;
         float d = f16_at(p + 208);
-        *sv = scale2(d * (float)(int8_t)p[192 + 2 * bb], d * (float)(int8_t)p[193 + 2 * bb]);
+        sc[0] = d * (float)(int8_t)p[192 + 2 * bb];
+        sc[1] = d * (float)(int8_t)p[193 + 2 * bb];
         __m256i ql = _mm256_loadu_si256((const __m256i *)(p + 64 * half + 32 * (quarter & 1)));
         __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * half));
         ql = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (quarter >> 1))), _mm256_set1_epi8(15));
@@ -402,11 +415,8 @@ INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, __m256 
     }
     default: {
         uint8_t ub[32];
-        float sc[2], mn[2];
         unpack_block(t, row, b, ub, sc, mn);
         *u = _mm256_loadu_si256((const __m256i *)ub);
-        *sv = scale2(sc[0], sc[1]);
-        *mv = scale2(mn[0], mn[1]);
         return;
     }
     }
@@ -434,226 +444,337 @@ INLINE __m256i dot_lanes(int t, __m256i src, __m256i u, __m256i x) {
 #endif
 }
 
-INLINE float hsum(__m256 v) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-
-#ifdef QD_VNNI
+/* ---- rows x a few activations: the decode kernel ------------------------------------------ *
+ * RM weight rows (4) against SRN activations: each (row, activation) block dot as 8 lanes of 4
+ * bytes, reduced to the block's (or each half's) exact sum for the 4 rows at once, then the
+ * float steps on 4 rows per vector. Weight blocks come from the rows themselves, or from wbuf
+ * when a batch is wider than one tile (unpacked once for all of them). */
 #define RM 4
-#define RN 3
+#if defined(QD_512)
+#define SRN 3 /* 32 vector registers */
 #else
-#define RM 2
-#define RN 2
+#define SRN 1
 #endif
 
-/* Weight rows unpacked once for all activation tiles (batches wider than one tile): per row
- * and block, u (32 bytes), sv and mv (8 floats each). */
-typedef struct wbuf {
+typedef struct wbuf { /* RM rows x nblk blocks: u, and the scales and mins of both halves */
     __m256i *u;
-    __m256 *sv, *mv;
+    float *sc, *mn; /* [row][block][2] */
     int64_t nblk;
 } wbuf;
+
+/* Sum of the 8 lanes of each of 4 vectors: whole blocks (half = 0) in one 128-bit vector, or
+ * the first (lanes 0-3) and second (lanes 4-7) halves in two. */
+INLINE void reduce4(__m256i d0, __m256i d1, __m256i d2, __m256i d3, __m128i *h0, __m128i *h1, __m128i *all) {
+    __m256i c = _mm256_hadd_epi32(_mm256_hadd_epi32(d0, d1), _mm256_hadd_epi32(d2, d3));
+    *h0 = _mm256_castsi256_si128(c);
+    *h1 = _mm256_extracti128_si256(c, 1);
+    *all = _mm_add_epi32(*h0, *h1);
+}
+
+INLINE int32_t hsum_epi32_128(__m128i v) {
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
+    return _mm_cvtsi128_si32(v);
+}
+
+/* out[j0 + j][r0 + i] for i < rm, j < rn (compile-time constants at each call). */
+INLINE void tile_rows(int t, int rm, int rn, int lo, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0,
+                      const kvp_qact *a, int j0, const wbuf *wb, float *const *out) {
+    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
+    const int8_t *xq[SRN], *xl[SRN];
+    const float *xd[SRN];
+    for (int j = 0; j < rn; j++) {
+        xq[j] = a->q + (size_t)(j0 + j) * a->n;
+        xl[j] = lo ? a->lo + (size_t)(j0 + j) * a->n : NULL;
+        xd[j] = a->d + (size_t)(j0 + j) * (a->n / QB);
+    }
+    const uint8_t *wr[RM];
+    for (int i = 0; i < rm; i++) wr[i] = w + (size_t)(r0 + i) * rb;
+    size_t bpb = rb / (size_t)nblk; /* weight bytes per 32 elements */
+    __m128 acc[SRN];
+    for (int j = 0; j < rn; j++) acc[j] = _mm_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m256i u[RM];
+        float sc[RM][2], mn[RM][2];
+        for (int i = 0; i < RM; i++) {
+            if (i >= rm) {
+                u[i] = _mm256_setzero_si256();
+                sc[i][0] = sc[i][1] = mn[i][0] = mn[i][1] = 0.0f;
+            } else if (wb) {
+                size_t k = (size_t)i * nblk + b;
+                u[i] = wb->u[k];
+                memcpy(sc[i], wb->sc + 2 * k, sizeof sc[i]);
+                memcpy(mn[i], wb->mn + 2 * k, sizeof mn[i]);
+            } else {
+                if ((b & 1) == 0) _mm_prefetch((const char *)wr[i] + (size_t)b * bpb + PF_DIST, _MM_HINT_T0);
+                load_block(t, wr[i], b, &u[i], sc[i], mn[i]);
+            }
+        }
+        __m128 sc0 = _mm_setr_ps(sc[0][0], sc[1][0], sc[2][0], sc[3][0]);
+        __m128 sc1 = _mm_setr_ps(sc[0][1], sc[1][1], sc[2][1], sc[3][1]);
+        __m128 mn0 = _mm_setr_ps(mn[0][0], mn[1][0], mn[2][0], mn[3][0]);
+        __m128 mn1 = _mm_setr_ps(mn[0][1], mn[1][1], mn[2][1], mn[3][1]);
+        for (int j = 0; j < rn; j++) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(xq[j] + b * QB)), ls = lane_sums(x), xlo, ll;
+            __m256i src = os >= 0 ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ls, os)) : _mm256_setzero_si256();
+            __m256i srclo = _mm256_setzero_si256();
+            if (lo) {
+                xlo = _mm256_loadu_si256((const __m256i *)(xl[j] + b * QB));
+                ll = lane_sums(xlo);
+                if (os >= 0) srclo = _mm256_sub_epi32(srclo, _mm256_slli_epi32(ll, os));
+                ls = _mm256_add_epi32(_mm256_slli_epi32(ls, 8), ll); /* sums of X */
+            }
+            __m256i dd[RM];
+            for (int i = 0; i < RM; i++) {
+                dd[i] = dot_lanes(t, src, u[i], x);
+                if (lo) dd[i] = _mm256_add_epi32(_mm256_slli_epi32(dd[i], 8), dot_lanes(t, srclo, u[i], xlo));
+            }
+            __m128i h0, h1, all;
+            reduce4(dd[0], dd[1], dd[2], dd[3], &h0, &h1, &all);
+            __m128 tt;
+            if (H == 2) tt = _mm_fmadd_ps(sc1, _mm_cvtepi32_ps(h1), _mm_mul_ps(sc0, _mm_cvtepi32_ps(h0)));
+            else tt = _mm_mul_ps(sc0, _mm_cvtepi32_ps(all));
+            if (mins) {
+                __m128i s0 = _mm256_castsi256_si128(ls), s1 = _mm256_extracti128_si256(ls, 1);
+                if (H == 2) {
+                    tt = _mm_fmadd_ps(mn0, _mm_set1_ps((float)hsum_epi32_128(s0)), tt);
+                    tt = _mm_fmadd_ps(mn1, _mm_set1_ps((float)hsum_epi32_128(s1)), tt);
+                } else {
+                    tt = _mm_fmadd_ps(mn0, _mm_set1_ps((float)hsum_epi32_128(_mm_add_epi32(s0, s1))), tt);
+                }
+            }
+            float dx = lo ? xd[j][b] * (1.0f / 256.0f) : xd[j][b];
+            acc[j] = _mm_fmadd_ps(_mm_set1_ps(dx), tt, acc[j]);
+        }
+    }
+    for (int j = 0; j < rn; j++) {
+        float v[4];
+        _mm_storeu_ps(v, acc[j]);
+        for (int i = 0; i < rm; i++) out[j0 + j][r0 + i] = v[i];
+    }
+}
 
 INLINE void unpack_rows(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int rm, const wbuf *wb) {
     for (int i = 0; i < rm; i++)
         for (int64_t b = 0; b < nblk; b++) {
             size_t k = (size_t)i * nblk + b;
-            wb->mv[k] = _mm256_setzero_ps();
-            load_block(t, w + (size_t)(r0 + i) * rb, b, &wb->u[k], &wb->sv[k], &wb->mv[k]);
+            load_block(t, w + (size_t)(r0 + i) * rb, b, &wb->u[k], wb->sc + 2 * k, wb->mn + 2 * k);
         }
 }
 
-/* One block of a tile: acc[i][j] += dx_j * (sv_i * dot(u_i, x_j) (+ mv_i * sum(x_j))). With
- * lo (q8x2) the activation is X = 256 x + x_lo in units of dx / 256, and both integer terms
- * are combined before the conversion: dot(u, X) = 256 dot(u, x) + dot(u, x_lo). */
-INLINE void tile_block(int t, int rm, int rn, int lo, const uint8_t *const *wr, int64_t nblk, int64_t b,
-                       const int8_t *const *xq, const int8_t *const *xl, const float *const *xd, const wbuf *wb,
-                       __m256 acc[RM][RN]) {
-    const int os = off_shift(t), has_min = type_has_min(t);
-    __m256i x[RN], src[RN], xlo[RN], srclo[RN];
-    __m256 dx[RN], xs[RN];
-    for (int j = 0; j < rn; j++) {
-        x[j] = _mm256_loadu_si256((const __m256i *)(xq[j] + b * QB));
-        dx[j] = _mm256_broadcast_ss(xd[j] + b);
-        src[j] = _mm256_setzero_si256();
-        __m256i ls = lane_sums(x[j]);
-        if (os >= 0) src[j] = _mm256_sub_epi32(src[j], _mm256_slli_epi32(ls, os));
-        if (lo) {
-            xlo[j] = _mm256_loadu_si256((const __m256i *)(xl[j] + b * QB));
-            dx[j] = _mm256_mul_ps(dx[j], _mm256_set1_ps(1.0f / 256.0f));
-            __m256i ll = lane_sums(xlo[j]);
-            srclo[j] = os >= 0 ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ll, os)) : _mm256_setzero_si256();
-            ls = _mm256_add_epi32(_mm256_slli_epi32(ls, 8), ll); /* sums of X, for the mins */
-        }
-        if (has_min) xs[j] = _mm256_cvtepi32_ps(ls);
-    }
-    for (int i = 0; i < rm; i++) {
-        __m256i u;
-        __m256 sv, mv = _mm256_setzero_ps();
-        if (wb) {
-            size_t k = (size_t)i * nblk + b;
-            u = wb->u[k];
-            sv = wb->sv[k];
-            if (has_min) mv = wb->mv[k];
-        } else {
-            load_block(t, wr[i], b, &u, &sv, &mv);
-        }
-        for (int j = 0; j < rn; j++) {
-            __m256i di = dot_lanes(t, src[j], u, x[j]);
-            if (lo) di = _mm256_add_epi32(_mm256_slli_epi32(di, 8), dot_lanes(t, srclo[j], u, xlo[j]));
-            __m256 f = _mm256_cvtepi32_ps(di);
-            __m256 s = has_min ? _mm256_fmadd_ps(sv, f, _mm256_mul_ps(mv, xs[j])) : _mm256_mul_ps(sv, f);
-            acc[i][j] = _mm256_fmadd_ps(dx[j], s, acc[i][j]);
-        }
-    }
-}
-
-/* Quants, residual planes (q8x2) and scales of activation rows j0 .. j0 + rn - 1. */
-INLINE void act_rows(const kvp_qact *a, int j0, int rn, const int8_t **xq, const int8_t **xl, const float **xd) {
-    for (int j = 0; j < rn; j++) {
-        xq[j] = a->q + (size_t)(j0 + j) * a->n;
-        xl[j] = a->lo ? a->lo + (size_t)(j0 + j) * a->n : NULL;
-        xd[j] = a->d + (size_t)(j0 + j) * (a->n / QB);
-    }
-}
-
-/* out[j0 + j][r0 + i] for i < rm, j < rn; rm, rn, t are compile-time constants at each call.
- * Weight blocks come from the rows themselves (wb NULL) or from wb: the same values either
- * way, so the same bits. Even and odd blocks accumulate apart and meet at the end, which is
- * exactly what the 512-bit tile computes (two blocks per vector): all paths agree bit for bit. */
-INLINE void tile(int t, int rm, int rn, int lo, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, const kvp_qact *a,
-                 int j0, const wbuf *wb, float *const *out) {
-    const int8_t *xq[RN], *xl[RN];
-    const float *xd[RN];
-    act_rows(a, j0, rn, xq, xl, xd);
-    const uint8_t *wr[RM];
-    for (int i = 0; i < rm; i++) wr[i] = w + (size_t)(r0 + i) * rb;
-    __m256 even[RM][RN], odd[RM][RN];
-    for (int i = 0; i < rm; i++)
-        for (int j = 0; j < rn; j++) even[i][j] = odd[i][j] = _mm256_setzero_ps();
-    size_t bpb = rb / (size_t)nblk; /* weight bytes per 32 elements */
-    for (int64_t b = 0; b < nblk; b += 2) {
-        if (!wb)
-            for (int i = 0; i < rm; i++) _mm_prefetch((const char *)wr[i] + (size_t)b * bpb + PF_DIST, _MM_HINT_T0);
-        tile_block(t, rm, rn, lo, wr, nblk, b, xq, xl, xd, wb, even);
-        if (b + 1 < nblk) tile_block(t, rm, rn, lo, wr, nblk, b + 1, xq, xl, xd, wb, odd);
-    }
-    for (int i = 0; i < rm; i++)
-        for (int j = 0; j < rn; j++) out[j0 + j][r0 + i] = hsum(_mm256_add_ps(even[i][j], odd[i][j]));
-}
-
-#ifdef QD_512
-/* The same tile on 512-bit vectors, for unpacked row tiles (batches): blocks b and b + 1 side
- * by side (b + 1 zero past the end), folded to 256 bits at the end. Every (row, activation) pair still goes through one fixed
- * sequence of operations, whatever the tile or batch. */
-INLINE __m512 pair_ps(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
-
-INLINE void tile512(int t, int rm, int rn, int lo, int64_t nblk, int64_t r0, const kvp_qact *a, int j0, const wbuf *wb,
-                    float *const *out) {
-    const int os = off_shift(t), has_min = type_has_min(t);
-    const int8_t *xq[RN], *xl[RN];
-    const float *xd[RN];
-    act_rows(a, j0, rn, xq, xl, xd);
-    const __m512i pair_idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    __m512 acc[RM][RN];
-    for (int i = 0; i < rm; i++)
-        for (int j = 0; j < rn; j++) acc[i][j] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nblk; b += 2) {
-        int two = b + 1 < nblk;
-        __m512i x[RN], src[RN], xlo[RN], srclo[RN];
-        __m512 dx[RN], xs[RN];
-        const __m512i ones = _mm512_set1_epi8(1);
-        for (int j = 0; j < rn; j++) {
-            x[j] = two ? _mm512_loadu_si512(xq[j] + b * QB) : _mm512_maskz_loadu_epi8(0xffffffffULL, xq[j] + b * QB);
-            __m128 d2 = two ? _mm_castpd_ps(_mm_load_sd((const double *)(xd[j] + b))) : _mm_load_ss(xd[j] + b);
-            dx[j] = _mm512_permutexvar_ps(pair_idx, _mm512_castps128_ps512(d2));
-            src[j] = _mm512_setzero_si512();
-            __m512i ls = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, x[j]);
-            if (os >= 0) src[j] = _mm512_sub_epi32(src[j], _mm512_slli_epi32(ls, (unsigned)os));
-            if (lo) { /* as tile_block */
-                xlo[j] = two ? _mm512_loadu_si512(xl[j] + b * QB) : _mm512_maskz_loadu_epi8(0xffffffffULL, xl[j] + b * QB);
-                dx[j] = _mm512_mul_ps(dx[j], _mm512_set1_ps(1.0f / 256.0f));
-                __m512i ll = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xlo[j]);
-                srclo[j] = os >= 0 ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(ll, (unsigned)os))
-                                   : _mm512_setzero_si512();
-                ls = _mm512_add_epi32(_mm512_slli_epi32(ls, 8), ll);
-            }
-            if (has_min) xs[j] = _mm512_cvtepi32_ps(ls);
-        }
-        for (int i = 0; i < rm; i++) {
-            __m512i u;
-            __m512 sv, mv = _mm512_setzero_ps();
-            size_t k = (size_t)i * nblk + b;
-            if (two) {
-                u = _mm512_loadu_si512(&wb->u[k]);
-                sv = _mm512_loadu_ps(&wb->sv[k]);
-                if (has_min) mv = _mm512_loadu_ps(&wb->mv[k]);
-            } else {
-                u = _mm512_inserti64x4(_mm512_castsi256_si512(wb->u[k]), _mm256_setzero_si256(), 1);
-                sv = pair_ps(wb->sv[k], _mm256_setzero_ps());
-                if (has_min) mv = pair_ps(wb->mv[k], _mm256_setzero_ps());
-            }
-            for (int j = 0; j < rn; j++) {
-                __m512i di = _mm512_dpbusd_epi32(src[j], u, x[j]);
-                if (lo) di = _mm512_add_epi32(_mm512_slli_epi32(di, 8), _mm512_dpbusd_epi32(srclo[j], u, xlo[j]));
-                __m512 f = _mm512_cvtepi32_ps(di);
-                __m512 s = has_min ? _mm512_fmadd_ps(sv, f, _mm512_mul_ps(mv, xs[j])) : _mm512_mul_ps(sv, f);
-                acc[i][j] = _mm512_fmadd_ps(dx[j], s, acc[i][j]);
-            }
-        }
-    }
-    for (int i = 0; i < rm; i++)
-        for (int j = 0; j < rn; j++)
-            out[j0 + j][r0 + i] = hsum(_mm256_add_ps(_mm512_castps512_ps256(acc[i][j]), _mm512_extractf32x8_ps(acc[i][j], 1)));
-}
-#endif
-
-/* All activation tiles for rows [r, r + rm): full tiles of RN, then one tile of the rest
- * (so two activations, q8x2's planes of one row, read each weight block once). */
+/* Rows [r, r + rm) against every activation: tiles of SRN, then one of the rest. */
 INLINE void row_tile(int t, int rm, int lo, const uint8_t *w, size_t rb, int64_t nblk, int64_t r, const kvp_qact *a,
                      const wbuf *wb, float *const *out) {
     if (wb) unpack_rows(t, w, rb, nblk, r, rm, wb);
-    /* q8x2 holds twice the activation registers: narrower tiles keep them all in registers */
-    const int rn = lo && RN > 2 ? 2 : RN;
     int j = 0;
-#ifdef QD_512
-    if (wb) { /* batched: two blocks per vector */
-        for (; j + rn <= a->nb; j += rn) tile512(t, rm, rn, lo, nblk, r, a, j, wb, out);
-#if RN > 2
-        if (a->nb - j == 2) tile512(t, rm, 2, lo, nblk, r, a, j, wb, out);
+    for (; j + SRN <= a->nb; j += SRN) tile_rows(t, rm, SRN, lo, w, rb, nblk, r, a, j, wb, out);
+#if SRN > 2
+    if (a->nb - j == 2) tile_rows(t, rm, 2, lo, w, rb, nblk, r, a, j, wb, out);
 #endif
-        if (a->nb - j == 1) tile512(t, rm, 1, lo, nblk, r, a, j, wb, out);
-        return;
-    }
+#if SRN > 1
+    if (a->nb - j == 1) tile_rows(t, rm, 1, lo, w, rb, nblk, r, a, j, wb, out);
 #endif
-    for (; j + rn <= a->nb; j += rn) tile(t, rm, rn, lo, w, rb, nblk, r, a, j, wb, out);
-#if RN > 2
-    if (a->nb - j == 2) tile(t, rm, 2, lo, w, rb, nblk, r, a, j, wb, out);
-#endif
-    if (a->nb - j == 1) tile(t, rm, 1, lo, w, rb, nblk, r, a, j, wb, out);
 }
 
-/* Full row tiles, then single rows at the edge (the same per-element arithmetic, so the edges
- * give the bits a full tile would). */
-INLINE void qdot_type(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
-                      const wbuf *wb, float *const *out) {
+INLINE void qdot_small(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
+                       const wbuf *wb, float *const *out) {
     int64_t nblk = n / QB, r = r0;
     for (; r + RM <= r1; r += RM) row_tile(t, RM, lo, w, rb, nblk, r, a, wb, out);
-    for (; r < r1; r++) row_tile(t, 1, lo, w, rb, nblk, r, a, wb, out);
+    switch (r1 - r) { /* the edge: the same per-pair arithmetic, fewer rows */
+    case 3: row_tile(t, 3, lo, w, rb, nblk, r, a, wb, out); break;
+    case 2: row_tile(t, 2, lo, w, rb, nblk, r, a, wb, out); break;
+    case 1: row_tile(t, 1, lo, w, rb, nblk, r, a, wb, out); break;
+    }
 }
 
-/* One instance per (type, unpacked or fused, q8 or q8x2): all compile-time constants. */
+/* ---- batches on AVX-512: packed 16-pair tiles ---------------------------------------------- *
+ * A 512-bit vector holds 16 (row, activation) pairs: lane 4i + j = row i of a group of 4 rows,
+ * activation j of a group of 4 activations. Weights are packed per row group and block with
+ * each row's 4-byte chunk repeated over the 4 lanes of its quarter (and its scales likewise);
+ * activations per group and block as the 4 activations' chunks side by side, broadcast to the
+ * 4 quarters. One vpdpbusd then adds 4 products to each of 16 pairs, and the float steps run
+ * once per 16 pairs. */
+#ifdef QD_512
+#define GR 2 /* row groups (of 4 rows) per tile */
+#ifndef PACK_MIN_ROWS
+#define PACK_MIN_ROWS 4 /* batches from this many activation rows take the packed tiles */
+#endif
+typedef struct pk_block { /* one activation group (4 activations) x one block */
+    uint8_t x[8][16], xl[8][16]; /* chunk c: activation j's bytes 4c..4c+3 at 4j */
+    float dx[4];                 /* d, or d / 256 with q8x2 */
+    int32_t s[2][4], sl[2][4];   /* sums of q (and lo) over each half */
+} pk_block;
+
+typedef struct wpk_block { /* one row group (4 rows) x one block */
+    uint8_t u[8][64];            /* chunk c: row i's bytes 4c..4c+3, 4 times, at 16i */
+    float sc[2][16], mn[2][16];  /* row i's half-h scale / min in lanes 4i..4i+3 */
+} wpk_block;
+
+/* Activations of a in groups of 4 (the last padded with zero activations). */
+static void pack_acts(const kvp_qact *a, pk_block *pk) {
+    int64_t nblk = a->n / QB;
+    int ng = (a->nb + 3) / 4;
+    memset(pk, 0, (size_t)ng * nblk * sizeof *pk);
+    for (int g = 0; g < ng; g++)
+        for (int j = 0; j < 4 && 4 * g + j < a->nb; j++) {
+            const int8_t *q = a->q + (size_t)(4 * g + j) * a->n, *l = a->lo ? a->lo + (size_t)(4 * g + j) * a->n : NULL;
+            const float *d = a->d + (size_t)(4 * g + j) * nblk;
+            for (int64_t b = 0; b < nblk; b++) {
+                pk_block *p = &pk[(size_t)g * nblk + b];
+                p->dx[j] = l ? d[b] * (1.0f / 256.0f) : d[b];
+                for (int k = 0; k < 32; k++) {
+                    p->x[k / 4][4 * j + k % 4] = (uint8_t)q[b * QB + k];
+                    p->s[k / 16][j] += q[b * QB + k];
+                    if (l) {
+                        p->xl[k / 4][4 * j + k % 4] = (uint8_t)l[b * QB + k];
+                        p->sl[k / 16][j] += l[b * QB + k];
+                    }
+                }
+            }
+        }
+}
+
+/* Rows [r0, r0 + 4 * GR) packed (rows past r1 get zero weights, never written out). */
+INLINE void pack_rows(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, wpk_block *wp) {
+    const __m512i quad = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i rowsel = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
+    for (int gi = 0; gi < GR; gi++)
+        for (int64_t b = 0; b < nblk; b++) {
+            wpk_block *p = &wp[(size_t)gi * nblk + b];
+            __m256i u[4];
+            float sc[4][2], mn[4][2];
+            for (int i = 0; i < 4; i++) {
+                int64_t r = r0 + 4 * gi + i;
+                u[i] = _mm256_setzero_si256();
+                sc[i][0] = sc[i][1] = mn[i][0] = mn[i][1] = 0.0f;
+                if (r < r1) load_block(t, w + (size_t)r * rb, b, &u[i], sc[i], mn[i]);
+            }
+            /* chunk c of rows 0..3, each 4 times: one two-source permute of the 4 rows */
+            __m512i z01 = _mm512_inserti64x4(_mm512_castsi256_si512(u[0]), u[1], 1);
+            __m512i z23 = _mm512_inserti64x4(_mm512_castsi256_si512(u[2]), u[3], 1);
+            for (int c = 0; c < 8; c++)
+                _mm512_storeu_si512(p->u[c], _mm512_permutex2var_epi32(z01, _mm512_add_epi32(rowsel, _mm512_set1_epi32(c)), z23));
+            for (int h = 0; h < 2; h++) {
+                __m128 s4 = _mm_setr_ps(sc[0][h], sc[1][h], sc[2][h], sc[3][h]), m4 = _mm_setr_ps(mn[0][h], mn[1][h], mn[2][h], mn[3][h]);
+                _mm512_storeu_ps(p->sc[h], _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(s4)));
+                _mm512_storeu_ps(p->mn[h], _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(m4)));
+            }
+        }
+}
+
+/* GR row groups x ng activation groups (ng compile-time). */
+INLINE void tile16(int t, int ng, int lo, int64_t nblk, const wpk_block *wp, const pk_block *pk, __m512 acc[GR][3]) {
+    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
+    for (int gi = 0; gi < GR; gi++)
+        for (int g = 0; g < ng; g++) acc[gi][g] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512 tt[GR][3];
+        for (int h = 0; h < H; h++) {
+            const int c0 = H == 2 ? 4 * h : 0, c1 = H == 2 ? c0 + 4 : 8;
+            __m512i I[GR][3], IL[GR][3];
+            for (int g = 0; g < ng; g++) {
+                const pk_block *p = &pk[(size_t)g * nblk + b];
+                __m128i s = _mm_loadu_si128((const __m128i *)p->s[0]), sl = _mm_loadu_si128((const __m128i *)p->sl[0]);
+                if (H == 2 && h) s = _mm_loadu_si128((const __m128i *)p->s[1]), sl = _mm_loadu_si128((const __m128i *)p->sl[1]);
+                if (H == 1) {
+                    s = _mm_add_epi32(s, _mm_loadu_si128((const __m128i *)p->s[1]));
+                    sl = _mm_add_epi32(sl, _mm_loadu_si128((const __m128i *)p->sl[1]));
+                }
+                __m512i src = os >= 0 ? _mm512_broadcast_i32x4(_mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(s, os)))
+                                      : _mm512_setzero_si512();
+                __m512i srcl = os >= 0 ? _mm512_broadcast_i32x4(_mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(sl, os)))
+                                       : _mm512_setzero_si512();
+                for (int gi = 0; gi < GR; gi++) I[gi][g] = src, IL[gi][g] = srcl;
+            }
+            for (int c = c0; c < c1; c++) {
+                __m512i wv[GR];
+                for (int gi = 0; gi < GR; gi++) wv[gi] = _mm512_loadu_si512(wp[(size_t)gi * nblk + b].u[c]);
+                for (int g = 0; g < ng; g++) {
+                    const pk_block *p = &pk[(size_t)g * nblk + b];
+                    __m512i xv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p->x[c]));
+                    for (int gi = 0; gi < GR; gi++) I[gi][g] = _mm512_dpbusd_epi32(I[gi][g], wv[gi], xv);
+                    if (lo) {
+                        __m512i xlv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p->xl[c]));
+                        for (int gi = 0; gi < GR; gi++) IL[gi][g] = _mm512_dpbusd_epi32(IL[gi][g], wv[gi], xlv);
+                    }
+                }
+            }
+            for (int gi = 0; gi < GR; gi++) {
+                __m512 scv = _mm512_loadu_ps(wp[(size_t)gi * nblk + b].sc[h]);
+                for (int g = 0; g < ng; g++) {
+                    __m512i Iv = lo ? _mm512_add_epi32(_mm512_slli_epi32(I[gi][g], 8), IL[gi][g]) : I[gi][g];
+                    __m512 f = _mm512_cvtepi32_ps(Iv);
+                    tt[gi][g] = h == 0 ? _mm512_mul_ps(scv, f) : _mm512_fmadd_ps(scv, f, tt[gi][g]);
+                }
+            }
+        }
+        for (int g = 0; g < ng; g++) {
+            const pk_block *p = &pk[(size_t)g * nblk + b];
+            if (mins)
+                for (int h = 0; h < H; h++) {
+                    __m128i s = _mm_loadu_si128((const __m128i *)p->s[h]), sl = _mm_loadu_si128((const __m128i *)p->sl[h]);
+                    if (H == 1) {
+                        s = _mm_add_epi32(s, _mm_loadu_si128((const __m128i *)p->s[1]));
+                        sl = _mm_add_epi32(sl, _mm_loadu_si128((const __m128i *)p->sl[1]));
+                    }
+                    if (lo) s = _mm_add_epi32(_mm_slli_epi32(s, 8), sl);
+                    __m512 sv = _mm512_broadcast_f32x4(_mm_cvtepi32_ps(s));
+                    for (int gi = 0; gi < GR; gi++)
+                        tt[gi][g] = _mm512_fmadd_ps(_mm512_loadu_ps(wp[(size_t)gi * nblk + b].mn[h]), sv, tt[gi][g]);
+                }
+            __m512 dxv = _mm512_broadcast_f32x4(_mm_loadu_ps(p->dx));
+            for (int gi = 0; gi < GR; gi++) acc[gi][g] = _mm512_fmadd_ps(dxv, tt[gi][g], acc[gi][g]);
+        }
+    }
+}
+
+INLINE void qdot_gemm(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
+                      const pk_block *pk, wpk_block *wp, float *const *out) {
+    int64_t nblk = n / QB;
+    int ng = (a->nb + 3) / 4;
+    const int NG = lo ? 2 : 3; /* activation groups per tile: all accumulators in registers */
+    for (int64_t r = r0; r < r1; r += 4 * GR) {
+        pack_rows(t, w, rb, nblk, r, r1, wp);
+        for (int g0 = 0; g0 < ng; g0 += NG) {
+            int k = ng - g0 < NG ? ng - g0 : NG;
+            __m512 acc[GR][3];
+            const pk_block *p = pk + (size_t)g0 * nblk;
+            if (k == 3) tile16(t, 3, lo, nblk, wp, p, acc);
+            else if (k == 2) tile16(t, 2, lo, nblk, wp, p, acc);
+            else tile16(t, 1, lo, nblk, wp, p, acc);
+            for (int gi = 0; gi < GR; gi++)
+                for (int g = 0; g < k; g++) {
+                    float v[16];
+                    _mm512_storeu_ps(v, acc[gi][g]);
+                    for (int i = 0; i < 4; i++)
+                        for (int j = 0; j < 4; j++) {
+                            int64_t row = r + 4 * gi + i;
+                            int act = 4 * (g0 + g) + j;
+                            if (row < r1 && act < a->nb) out[act][row] = v[4 * i + j];
+                        }
+                }
+        }
+    }
+}
+#endif /* QD_512 */
+
+/* One instance per (type, q8 or q8x2): compile-time constants throughout. */
+#ifdef QD_512
+#define QDOT_GEMM(T, LO) qdot_gemm(T, LO, w, row_bytes, n, r0, r1, a, pk, wp, out)
+#else
+#define QDOT_GEMM(T, LO) (void)0
+#endif
 #define QDOT_CASE(T)                                                                                                   \
     case T:                                                                                                            \
-        if (a->lo) {                                                                                                   \
-            if (wb) qdot_type(T, 1, w, row_bytes, n, r0, r1, a, wb, out);                                              \
-            else qdot_type(T, 1, w, row_bytes, n, r0, r1, a, NULL, out);                                               \
+        if (pk) {                                                                                                      \
+            if (a->lo) QDOT_GEMM(T, 1);                                                                                \
+            else QDOT_GEMM(T, 0);                                                                                      \
+        } else if (a->lo) {                                                                                            \
+            if (wb) qdot_small(T, 1, w, row_bytes, n, r0, r1, a, wb, out);                                             \
+            else qdot_small(T, 1, w, row_bytes, n, r0, r1, a, NULL, out);                                              \
         } else {                                                                                                       \
-            if (wb) qdot_type(T, 0, w, row_bytes, n, r0, r1, a, wb, out);                                              \
-            else qdot_type(T, 0, w, row_bytes, n, r0, r1, a, NULL, out);                                               \
+            if (wb) qdot_small(T, 0, w, row_bytes, n, r0, r1, a, wb, out);                                             \
+            else qdot_small(T, 0, w, row_bytes, n, r0, r1, a, NULL, out);                                              \
         }                                                                                                              \
         break;
 #endif /* QD_AVX2 */
@@ -666,20 +787,55 @@ int kvp_qdot_row_multiple(void) {
 #endif
 }
 
+size_t kvp_qact_pack_bytes(const kvp_qact *a) {
+#ifdef QD_512
+    return a->nb >= PACK_MIN_ROWS ? (size_t)((a->nb + 3) / 4) * (size_t)(a->n / QB) * sizeof(pk_block) : 0;
+#else
+    (void)a;
+    return 0;
+#endif
+}
+
+void kvp_qact_pack(kvp_qact *a, void *buf) {
+#ifdef QD_512
+    if (kvp_qact_pack_bytes(a)) {
+        pack_acts(a, buf);
+        a->pk = buf;
+        return;
+    }
+#endif
+    (void)buf;
+    a->pk = NULL;
+}
+
 void kvp_qdot_rows(enum kvp_type type, const void *weights, size_t row_bytes, int64_t r0, int64_t r1,
                    const kvp_qact *a, float *const *out) {
     const uint8_t *w = weights;
     int64_t n = a->n;
 #ifdef QD_AVX2
-    /* Batches wider than one tile unpack each row tile once (for all of them) instead of once
-     * per activation tile. Without memory for that, the fused path gives the same bits. */
-    wbuf buf = {0}, *wb = NULL;
-    void *mem = NULL;
     int64_t nblk = n / QB;
-    if (a->nb > RN && (mem = aligned_alloc(32, (size_t)RM * nblk * 3 * 32))) {
-        buf = (wbuf){(__m256i *)mem, (__m256 *)mem + RM * nblk, (__m256 *)mem + 2 * RM * nblk, nblk};
-        wb = &buf;
+    void *mem = NULL, *amem = NULL;
+    wbuf buf = {0}, *wb = NULL;
+    const void *pk = NULL;
+    void *wp = NULL;
+#ifdef QD_512
+    /* Batches take the packed 16-pair tiles (activations packed by the caller, or here). */
+    size_t pb = kvp_qact_pack_bytes(a);
+    if (pb && (wp = mem = aligned_alloc(64, (size_t)GR * nblk * sizeof(wpk_block)))) {
+        if (!(pk = a->pk) && (amem = malloc(pb))) pack_acts(a, amem), pk = amem;
+        if (!pk) wp = NULL;
     }
+#endif
+    /* Otherwise batches wider than one tile unpack each row tile once for all of them. Without
+     * memory for either, the fused path gives the same bits. */
+    if (!pk && a->nb > SRN) {
+        free(mem);
+        if ((mem = aligned_alloc(32, (size_t)RM * nblk * (32 + 16)))) {
+            buf = (wbuf){(__m256i *)mem, (float *)((__m256i *)mem + RM * nblk), (float *)((__m256i *)mem + RM * nblk) + 2 * RM * nblk, nblk};
+            wb = &buf;
+        }
+    }
+    (void)wp;
     switch (type) {
         QDOT_CASE(KVP_TYPE_Q4_0)
         QDOT_CASE(KVP_TYPE_Q4_1)
@@ -695,6 +851,7 @@ void kvp_qdot_rows(enum kvp_type type, const void *weights, size_t row_bytes, in
         break;
     }
     free(mem);
+    free(amem);
 #else
     qdot_portable(type, w, row_bytes, n, r0, r1, a, out);
 #endif

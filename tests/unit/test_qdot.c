@@ -25,7 +25,7 @@ static void check_kernel(const char *title, enum kvp_type type, const void *data
         int64_t nblk = n / 32;
         size_t rb = kvp_row_bytes(type, n);
         kvp_qact a = {n, NB, malloc((size_t)NB * n), malloc((size_t)NB * nblk * sizeof(float)),
-                      two_planes ? malloc((size_t)NB * n) : NULL};
+                      two_planes ? malloc((size_t)NB * n) : NULL, NULL};
         for (int j = 0; j < NB; j++) kvp_quantize_act_row(Y + (j % yrows) * n, n, a.q + j * n, a.d + j * nblk);
         if (two_planes) {
             int8_t *q1 = malloc((size_t)NB * n);
@@ -73,7 +73,7 @@ static void check_kernel(const char *title, enum kvp_type type, const void *data
         /* One activation at a time, one row at a time, and odd row splits: identical bits. */
         int same = 1;
         for (int j = 0; j < NB; j++) {
-            kvp_qact one = {n, 1, a.q + j * n, a.d + j * nblk, a.lo ? a.lo + j * n : NULL};
+            kvp_qact one = {n, 1, a.q + j * n, a.d + j * nblk, a.lo ? a.lo + j * n : NULL, NULL};
             for (int64_t r = 0; r < rows; r++) kvp_qdot_rows(type, data, rb, r, r + 1, &one, &outp2[j]);
         }
         same &= memcmp(res, res2, (size_t)NB * rows * sizeof(float)) == 0;
