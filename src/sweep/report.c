@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../util/readfile.h"
+#include "../util/strmap.h"
 #include "kvprobe/kvprobe.h"
 #include "kvprobe/sweep.h"
 
@@ -40,12 +41,27 @@ typedef struct sample {
     double score;
 } sample;
 
+/* Every record, compactly: for paired tests and failure tables. */
+typedef struct cellrec {
+    int ex, cond, L, W; /* example and condition as indices (ex_ids, conds; clean = -1) */
+    int score, err, looped, max_tokens;
+} cellrec;
+
+#define N_ERR 11
+static const char *const ERR_NAMES[N_ERR] = {"pass",    "no_code", "syntax", "wrong_name", "assertion", "runtime",
+                                             "timeout", "killed",  "wrong",  "no_answer",  "other"};
+
 typedef struct report {
     agg *a;
     int n_a, cap_a;
     sample *s;
     int n_s, cap_s;
-    char dataset[128], model_sha[65];
+    cellrec *c;
+    int n_c, cap_c;
+    strmap ids;        /* example id -> index */
+    char **id_keys;
+    int n_ids, cap_ids;
+    char dataset[128], model_sha[65], activations[16];
     int Ls[256], n_L, Ws[256], n_W;
     char conds[16][24];
     int n_conds;
@@ -111,6 +127,9 @@ static int load(report *r, const char *path, kvp_error *err) {
             fclose(f);
             return kvp_fail(err, KVP_E_FORMAT, "%s:%d: not a kvprobe record", path, lineno);
         }
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activations"), *ec = cJSON_GetObjectItemCaseSensitive(j, "error_class"),
+                    *lp = cJSON_GetObjectItemCaseSensitive(j, "looped"), *sr = cJSON_GetObjectItemCaseSensitive(j, "stop_reason");
+        if (cJSON_IsString(act)) snprintf(r->activations, sizeof r->activations, "%s", act->valuestring);
         if (cJSON_IsString(ds)) snprintf(r->dataset, sizeof r->dataset, "%s", ds->valuestring);
         if (cJSON_IsString(sha)) snprintf(r->model_sha, sizeof r->model_sha, "%s", sha->valuestring);
         agg *a = find_agg(r, c->valuestring, L->valueint, W->valueint);
@@ -127,6 +146,29 @@ static int load(report *r, const char *path, kvp_error *err) {
         } else {
             r->clean_L = L->valueint;
         }
+        int ex = strmap_get(&r->ids, id->valuestring, strlen(id->valuestring));
+        if (ex < 0) {
+            if (r->n_ids == r->cap_ids) {
+                r->cap_ids = r->cap_ids ? 2 * r->cap_ids : 256;
+                r->id_keys = realloc(r->id_keys, (size_t)r->cap_ids * sizeof *r->id_keys);
+            }
+            char *k = strdup(id->valuestring);
+            r->id_keys[ex = r->n_ids++] = k;
+            strmap_put(&r->ids, k, strlen(k), ex);
+        }
+        if (r->n_c == r->cap_c) {
+            r->cap_c = r->cap_c ? 2 * r->cap_c : 1024;
+            r->c = realloc(r->c, (size_t)r->cap_c * sizeof *r->c);
+        }
+        int e = N_ERR - 1;
+        for (int k = 0; cJSON_IsString(ec) && k < N_ERR - 1; k++)
+            if (!strcmp(ec->valuestring, ERR_NAMES[k])) e = k;
+        if (!cJSON_IsString(ec)) e = sc->valuedouble > 0.5 ? 0 : N_ERR - 1; /* records before error classes */
+        int ci = -1;
+        for (int k = 0; k < r->n_conds; k++)
+            if (!strcmp(r->conds[k], c->valuestring)) ci = k;
+        r->c[r->n_c++] = (cellrec){ex, ci, L->valueint, W->valueint, sc->valuedouble > 0.5, e, cJSON_IsTrue(lp),
+                                   cJSON_IsString(sr) && !strcmp(sr->valuestring, "max_tokens")};
         if (r->n_s < 400) { /* the first examples' records, for side-by-side completions */
             if (r->n_s == r->cap_s) {
                 r->cap_s = r->cap_s ? 2 * r->cap_s : 64;
@@ -293,6 +335,109 @@ static void curves_svg(report *r, int W, sbuf *b) {
     sb_printf(b, "</svg>\n");
 }
 
+/* Exact two-sided McNemar p-value for b and c discordant pairs: 2 P(Binomial(b + c, 1/2) <=
+ * min(b, c)), capped at 1. */
+static double mcnemar_p(int b, int c) {
+    int n = b + c, k = b < c ? b : c;
+    if (n == 0) return 1.0;
+    double lp = -n * log(2.0), sum = 0.0, lc = 0.0; /* log C(n, i) */
+    for (int i = 0; i <= k; i++) {
+        sum += exp(lc + lp);
+        lc += log((double)(n - i)) - log((double)(i + 1));
+    }
+    return fmin(1.0, 2.0 * sum);
+}
+
+static int cond_index(const report *r, const char *name) {
+    for (int i = 0; i < r->n_conds; i++)
+        if (!strcmp(r->conds[i], name)) return i;
+    return -2;
+}
+
+/* BLANK vs ZERO cell by cell, paired by example: accuracies, the discordant counts (BLANK
+ * right and ZERO wrong, and the reverse) and McNemar's exact p. Into html and paired.csv. */
+static void paired_tables(report *r, sbuf *html, sbuf *csv) {
+    int bi = cond_index(r, "blank"), zi = cond_index(r, "zero");
+    if (bi < 0 || zi < 0) return;
+    int *sb = malloc((size_t)r->n_ids * sizeof *sb), *sz = malloc((size_t)r->n_ids * sizeof *sz);
+    if (!sb || !sz) {
+        free(sb);
+        free(sz);
+        return;
+    }
+    sb_printf(csv, "L,W,n_pairs,blank_accuracy,zero_accuracy,blank_only,zero_only,mcnemar_p\n");
+    sb_printf(html, "<h2>BLANK vs ZERO, paired by example</h2>\n<p>Per cell: examples with both records; "
+                    "<i>blank only</i> = BLANK right and ZERO wrong, <i>zero only</i> the reverse; p = exact two-sided "
+                    "McNemar test (bold: p &lt; 0.05).</p>\n<table><tr><th>L</th><th>W</th><th>pairs</th><th>BLANK</th>"
+                    "<th>ZERO</th><th>blank only</th><th>zero only</th><th>p</th></tr>\n");
+    for (int li = 0; li < r->n_L; li++)
+        for (int wi = 0; wi < r->n_W; wi++) {
+            int L = r->Ls[li], W = r->Ws[wi], n = 0, kb = 0, kz = 0, b = 0, c = 0;
+            for (int e = 0; e < r->n_ids; e++) sb[e] = sz[e] = -1;
+            for (int i = 0; i < r->n_c; i++) {
+                const cellrec *x = &r->c[i];
+                if (x->L != L || x->W != W) continue;
+                if (x->cond == bi) sb[x->ex] = x->score;
+                if (x->cond == zi) sz[x->ex] = x->score;
+            }
+            for (int e = 0; e < r->n_ids; e++) {
+                if (sb[e] < 0 || sz[e] < 0) continue;
+                n++, kb += sb[e], kz += sz[e];
+                b += sb[e] && !sz[e];
+                c += !sb[e] && sz[e];
+            }
+            if (!n) continue;
+            double p = mcnemar_p(b, c);
+            sb_printf(csv, "%d,%d,%d,%.4f,%.4f,%d,%d,%.6g\n", L, W, n, (double)kb / n, (double)kz / n, b, c, p);
+            sb_printf(html, "<tr><td>%d</td><td>%d</td><td>%d</td><td>%.1f%%</td><td>%.1f%%</td><td>%d</td><td>%d</td>"
+                            "<td>%s%.2g%s</td></tr>\n",
+                      L, W, n, 100.0 * kb / n, 100.0 * kz / n, b, c, p < 0.05 ? "<b>" : "", p, p < 0.05 ? "</b>" : "");
+        }
+    sb_printf(html, "</table>\n");
+    free(sb);
+    free(sz);
+}
+
+/* How answers fail, per condition (all its cells): error classes, loops, token-limit stops. */
+static void failure_tables(report *r, sbuf *html, sbuf *csv) {
+    int nrow = r->n_conds + 1, cnt[17][N_ERR + 2];
+    memset(cnt, 0, sizeof cnt);
+    for (int i = 0; i < r->n_c; i++) {
+        int row = r->c[i].cond + 1; /* clean = 0 */
+        if (row < 0 || row >= nrow || row > 16) continue;
+        cnt[row][r->c[i].err]++;
+        cnt[row][N_ERR] += r->c[i].looped;
+        cnt[row][N_ERR + 1] += r->c[i].max_tokens;
+    }
+    int used[N_ERR] = {0};
+    for (int row = 0; row < nrow && row <= 16; row++)
+        for (int e = 0; e < N_ERR; e++) used[e] |= cnt[row][e] > 0;
+    sb_printf(csv, "condition,cells");
+    for (int e = 0; e < N_ERR; e++) sb_printf(csv, ",%s", ERR_NAMES[e]);
+    sb_printf(csv, ",looped,max_tokens\n");
+    sb_printf(html, "<h2>How answers fail</h2>\n<p>Per condition, over all its cells: the error class of each record "
+                    "(code: no_code, syntax, wrong_name = the tested function is never defined, assertion, runtime, timeout, "
+                    "killed; other tasks: wrong, no_answer), generations that loop (their last 64 tokens repeat with a period "
+                    "of at most 32) and those cut by the token limit.</p>\n<table><tr><th>condition</th><th>cells</th>");
+    for (int e = 0; e < N_ERR; e++)
+        if (used[e]) sb_printf(html, "<th>%s</th>", ERR_NAMES[e]);
+    sb_printf(html, "<th>looped</th><th>token limit</th></tr>\n");
+    for (int row = 0; row < nrow && row <= 16; row++) {
+        int tot = 0;
+        for (int e = 0; e < N_ERR; e++) tot += cnt[row][e];
+        if (!tot) continue;
+        const char *name = row ? r->conds[row - 1] : "clean";
+        sb_printf(csv, "%s,%d", name, tot);
+        for (int e = 0; e < N_ERR; e++) sb_printf(csv, ",%d", cnt[row][e]);
+        sb_printf(csv, ",%d,%d\n", cnt[row][N_ERR], cnt[row][N_ERR + 1]);
+        sb_printf(html, "<tr><td>%s</td><td>%d</td>", name, tot);
+        for (int e = 0; e < N_ERR; e++)
+            if (used[e]) sb_printf(html, "<td>%d (%.0f%%)</td>", cnt[row][e], 100.0 * cnt[row][e] / tot);
+        sb_printf(html, "<td>%d</td><td>%d</td></tr>\n", cnt[row][N_ERR], cnt[row][N_ERR + 1]);
+    }
+    sb_printf(html, "</table>\n");
+}
+
 /* A figure goes both to its own .svg file and inline into the HTML report. */
 static int emit_figure(const char *dir, const char *name, const sbuf *svg, sbuf *html, kvp_error *err) {
     int rc = write_file(dir, name, svg->p, err);
@@ -318,11 +463,12 @@ static void load_condition_order(report *r, const char *dir) {
 int kvp_sweep_report(const char *dir, kvp_error *err) {
     report r;
     memset(&r, 0, sizeof r);
+    if (strmap_init(&r.ids, 1024)) return kvp_fail(err, KVP_E_NOMEM, "out of memory");
     load_condition_order(&r, dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/results.jsonl", dir);
     int rc = load(&r, path, err);
-    sbuf csv = {0}, html = {0}, svg = {0};
+    sbuf csv = {0}, html = {0}, svg = {0}, pcsv = {0}, fcsv = {0};
     if (rc) goto out;
     /* summary.csv */
     sb_printf(&csv, "dataset,condition,L,W,n,accuracy,ci95_low,ci95_high,mean_kl,mean_agreement\n");
@@ -348,11 +494,23 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
                      ".cols{display:flex;gap:10px}.cols>div{flex:1;min-width:0}</style></head><body>\n",
               r.dataset);
     sb_printf(&html, "<h1>KV splice sweep: %s</h1>\n<p>Model sha256 <code>%s</code>. Clean accuracy <b>%.1f%%</b> "
-                     "(n=%d, 95%% CI %.1f–%.1f%%).</p>\n",
-              r.dataset, r.model_sha, 100 * ca, nc, 100 * clo, 100 * chi);
+                     "(n=%d, 95%% CI %.1f–%.1f%%). Numeric path: <b>%s</b> activations.</p>\n",
+              r.dataset, r.model_sha, 100 * ca, nc, 100 * clo, 100 * chi, r.activations[0] ? r.activations : "q8");
     char name[64];
-    sb_printf(&html, "<h2>Accuracy heatmaps</h2>\n");
+    /* ZERO and BLANK side by side first (the study's Figure 6), then the other conditions */
+    int zb[2] = {cond_index(&r, "zero"), cond_index(&r, "blank")}, side = zb[0] >= 0 && zb[1] >= 0;
+    sb_printf(&html, "<h2>Accuracy heatmaps</h2>\n%s", side ? "<div class=\"cols\">" : "");
+    for (int k = 0; k < 2 && side && !rc; k++) {
+        svg.n = 0;
+        heatmap_svg(&r, r.conds[zb[k]], &svg);
+        snprintf(name, sizeof name, "heatmap_%s.svg", r.conds[zb[k]]);
+        sb_printf(&html, "<div>");
+        rc = emit_figure(dir, name, &svg, &html, err);
+        sb_printf(&html, "</div>");
+    }
+    if (side) sb_printf(&html, "</div>\n");
     for (int ci = 0; ci < r.n_conds && !rc; ci++) {
+        if (side && (ci == zb[0] || ci == zb[1])) continue;
         svg.n = 0;
         heatmap_svg(&r, r.conds[ci], &svg);
         snprintf(name, sizeof name, "heatmap_%s.svg", r.conds[ci]);
@@ -380,7 +538,12 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
         else sb_printf(&html, "<td>–</td>");
         sb_printf(&html, "<td>%.3f</td></tr>\n", a->agree / a->n);
     }
-    sb_printf(&html, "</table>\n<h2>Example completions</h2>\n");
+    sb_printf(&html, "</table>\n");
+    paired_tables(&r, &html, &pcsv);
+    failure_tables(&r, &html, &fcsv);
+    if ((pcsv.p && (rc = write_file(dir, "paired.csv", pcsv.p, err))) || (rc = write_file(dir, "failures.csv", fcsv.p, err)))
+        goto out;
+    sb_printf(&html, "<h2>Example completions</h2>\n");
     /* For the first examples: clean next to blank and zero at the deepest-edit cell shown. */
     int shown = 0, Lpick = r.n_L ? r.Ls[r.n_L / 2] : 0, Wpick = r.n_W ? r.Ws[0] : 0;
     for (int i = 0; i < r.n_s && shown < 3; i++) {
@@ -407,6 +570,12 @@ out:
     free(csv.p);
     free(html.p);
     free(svg.p);
+    free(pcsv.p);
+    free(fcsv.p);
+    for (int i = 0; i < r.n_ids; i++) free(r.id_keys[i]);
+    free(r.id_keys);
+    free(r.c);
+    strmap_free(&r.ids);
     for (int i = 0; i < r.n_s; i++) free(r.s[i].id), free(r.s[i].cond), free(r.s[i].text);
     free(r.s);
     free(r.a);

@@ -209,3 +209,37 @@ for r in recs:
 PY
 then ok "sweep on Qwen2.5-Coder-0.5B HumanEval: EvalPlus prompt, closing-fence stop, stop reason, error class, margins"
 else notok "sweep on Qwen2.5-Coder-0.5B HumanEval: EvalPlus prompt, closing-fence stop, stop reason, error class, margins" "$tmp/he.log"; fi
+
+# The report on hand-made records: BLANK vs ZERO paired by example (McNemar exact p), failure
+# classes per condition, the numeric path, ZERO and BLANK heatmaps side by side.
+mkdir -p "$tmp/rep"
+python3 - "$tmp/rep/results.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    def rec(i, cond, L, W, score, err, looped=False):
+        f.write(json.dumps({"dataset": "synthetic", "example_id": f"e{i}", "condition": cond, "L": L, "W": W,
+                            "score": score, "text": "x", "error_class": err, "looped": looped,
+                            "stop_reason": "max_tokens" if looped else "eog", "activations": "q8x2"}) + "\n")
+    for i in range(8):
+        rec(i, "clean", 4, 0, 1, "pass")
+        # L=2: blank right on all 8, zero right on 2 -> 6 discordant, p = 2/64
+        rec(i, "blank", 2, 0, 1, "pass")
+        rec(i, "zero", 2, 0, int(i < 2), "pass" if i < 2 else "runtime", looped=i >= 5)
+        rec(i, "blank", 0, 0, int(i < 4), "pass" if i < 4 else "wrong_name")
+        rec(i, "zero", 0, 0, 0, "syntax")
+PY
+if "$KVPROBE" report "$tmp/rep" > "$tmp/rep.log" 2>&1 && python3 - "$tmp/rep" <<'PY'
+import csv, sys
+d = sys.argv[1]
+p = {(r["L"], r["W"]): r for r in csv.DictReader(open(d + "/paired.csv"))}
+assert p[("2", "0")]["blank_only"] == "6" and p[("2", "0")]["zero_only"] == "0" and float(p[("2", "0")]["mcnemar_p"]) == 0.03125, p
+assert p[("0", "0")]["blank_only"] == "4" and float(p[("0", "0")]["mcnemar_p"]) == 0.125, p
+fl = {r["condition"]: r for r in csv.DictReader(open(d + "/failures.csv"))}
+assert fl["zero"]["syntax"] == "8" and fl["zero"]["runtime"] == "6" and fl["zero"]["looped"] == "3", fl["zero"]
+assert fl["blank"]["wrong_name"] == "4" and fl["clean"]["pass"] == "8", fl
+html = open(d + "/report.html").read()
+assert "q8x2</b> activations" in html and "BLANK vs ZERO, paired by example" in html and "How answers fail" in html
+assert html.index("heatmap") and html.index('<div class="cols"><div><svg') < html.index("blank: accuracy"), "side by side"
+PY
+then ok "report: paired BLANK vs ZERO (McNemar), failure classes, numeric path, ZERO | BLANK heatmaps"
+else notok "report: paired BLANK vs ZERO (McNemar), failure classes, numeric path, ZERO | BLANK heatmaps" "$tmp/rep.log"; fi
