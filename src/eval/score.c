@@ -229,6 +229,38 @@ static void trim_partial_utf8(char *s) {
     if (n - (i - 1) < need) s[i - 1] = 0;
 }
 
+/* The program run in the sandbox puts the answer through this first (_KVP_SRC: the answer's
+ * code as hex, so no quoting can break out): only its definitions are executed, then the tests. */
+static const char SOLUTION_HARNESS[] =
+    "import ast as _kvp_ast\n"
+    "\n"
+    "\n"
+    "def _kvp_solution(src):\n"
+    "    # The answer's definitions, as EvalPlus's sanitizer keeps them: imports, functions,\n"
+    "    # classes and top-level assignments; the answer's own demo calls, prints and asserts go.\n"
+    "    # A stray top-level statement that does not parse (an assert cut by the token limit) is\n"
+    "    # cut off with everything after it; a syntax error inside a definition stays one.\n"
+    "    lines = src.split(\"\\n\")\n"
+    "    while True:\n"
+    "        try:\n"
+    "            tree = _kvp_ast.parse(\"\\n\".join(lines))\n"
+    "            break\n"
+    "        except SyntaxError as e:\n"
+    "            k = min(max((e.lineno or 1) - 1, 0), len(lines) - 1)\n"
+    "            while k > 0 and (not lines[k].strip() or lines[k][0] in \" \\t#)]}\"):\n"
+    "                k -= 1\n"
+    "            head = lines[k].lstrip()\n"
+    "            if k == 0 or lines[k][:1] in (\" \", \"\\t\") or head.startswith((\"def \", \"class \", \"@\", \"async \", \"import \", \"from \")):\n"
+    "                raise\n"
+    "            lines = lines[:k]\n"
+    "    keep = (_kvp_ast.Import, _kvp_ast.ImportFrom, _kvp_ast.FunctionDef, _kvp_ast.AsyncFunctionDef, _kvp_ast.ClassDef,\n"
+    "            _kvp_ast.Assign, _kvp_ast.AnnAssign)\n"
+    "    body = [n for n in tree.body if isinstance(n, keep)]\n"
+    "    return compile(_kvp_ast.Module(body=body, type_ignores=[]), \"<solution>\", \"exec\")\n"
+    "\n"
+    "\n"
+    "exec(_kvp_solution(bytes.fromhex(_KVP_SRC).decode(\"utf-8\", \"replace\")))\n";
+
 /* The exception a Python traceback ends with: its last non-empty line, and the class name
  * that line starts with ("NameError: name 'f' is not defined" -> "NameError"). */
 static void last_exception(const char *out, char *line, size_t cap, char *cls, size_t ccap) {
@@ -319,13 +351,18 @@ static int score_kind(const kvp_example *ex, const char *output, const kvp_sandb
             return 0;
         }
         int needs_header = ex->code_header && ex->entry_point && !defines(code, ex->entry_point);
-        size_t n = strlen(code) + strlen(ex->test_code) + (needs_header ? strlen(ex->code_header) : 0) + 8;
+        const char *hdr = needs_header ? ex->code_header : "";
+        size_t nh = strlen(hdr), nc = strlen(code);
+        size_t n = 2 * (nh + nc) + strlen(SOLUTION_HARNESS) + strlen(ex->test_code) + 32;
         char *prog = malloc(n);
         if (!prog) {
             free(code);
             return kvp_fail(err, KVP_E_NOMEM, "out of memory");
         }
-        snprintf(prog, n, "%s%s\n\n%s", needs_header ? ex->code_header : "", code, ex->test_code);
+        size_t k = (size_t)snprintf(prog, n, "_KVP_SRC = \"");
+        for (size_t i = 0; i < nh + nc; i++)
+            k += (size_t)snprintf(prog + k, n - k, "%02x", (unsigned char)(i < nh ? hdr[i] : code[i - nh]));
+        snprintf(prog + k, n - k, "\"\n%s\n%s", SOLUTION_HARNESS, ex->test_code);
         snprintf(res->extracted, sizeof res->extracted, "%.*s", (int)strcspn(code, "\n"), code);
         kvp_sandbox_result r;
         int rc = kvp_sandbox_python(prog, sb, &r, err);

@@ -241,6 +241,13 @@ int main(void) {
               "wrong solution: %g %s '%s'", s.score, s.error, s.exception);
         const char *mb_ok = "def similar_elements(a, b):\n    return tuple(set(a) & set(b))\n```";
         CHECK(kvp_score(&mb.ex[0], mb_ok, NULL, &s, &err) == 0 && s.score == 1, "mbpp solution failed");
+        /* Only the answer's definitions run (EvalPlus's sanitizer): its own demo calls and asserts,
+         * a wrong one and one cut by the token limit, do not fail a right function. */
+        const char *mb_demo = "import math\ndef similar_elements(a, b):\n    return tuple(set(a) & set(b))\n\n"
+                              "print(similar_elements((1, 2), (2, 3)))\nassert similar_elements((1,), (2,)) == (9,)\n"
+                              "assert similar_elements((3, 4), (4, 5)) ==";
+        CHECK(kvp_score(&mb.ex[0], mb_demo, NULL, &s, &err) == 0 && s.score == 1,
+              "a right function with its own failing / cut asserts: %s %s", s.error, s.exception);
         CHECK(kvp_score(&mb.ex[0], "def similar_elements(a, b):\n    while True: pass\n", &(kvp_sandbox_opts){.timeout_s = 1}, &s,
                         &err) == 0 && s.score == 0 && !strcmp(s.error, "timeout"), "looping solution: %s", s.error);
         static const struct {
