@@ -27,7 +27,7 @@ TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC))
 CLI_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC))
 
-.PHONY: all test check check-isa models demo sanitize fuzz clean deps
+.PHONY: all test check check-isa models demo sanitize fuzz clean deps pytest
 all: $(BUILD)/kvprobe $(BUILD)/libkvprobe.a
 
 $(BUILD)/obj/%.o: %.c
@@ -45,15 +45,20 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h tests/unit/golden.h $(BUIL
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(KVP_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libkvprobe.a $(LDLIBS)
 
-# test = set up (build deps, real models) then build and run every test.
+# test = set up (build deps, real models) then build and run every test, the Python package's
+# included (python/run_tests.sh: pip install . into build/pyenv, then pytest).
 test: deps models
-	@$(MAKE) --no-print-directory check
+	@$(MAKE) --no-print-directory check PYTHON_TESTS=python/run_tests.sh
 
 check: all $(TEST_BINS)
-	@KVPROBE=$(BUILD)/kvprobe sh tests/run.sh $(TEST_BINS) tests/cli/test_cli.sh tests/cli/test_sweep.sh
+	@KVPROBE=$(BUILD)/kvprobe sh tests/run.sh $(TEST_BINS) tests/cli/test_cli.sh tests/cli/test_sweep.sh $(PYTHON_TESTS)
 
 deps:
 	@sh tools/setup.sh
+
+# The Python package alone (pip install . into build/pyenv, pytest).
+pytest: all
+	@KVPROBE=$(BUILD)/kvprobe sh tests/run.sh python/run_tests.sh
 
 # MODELS=all adds Qwen2.5-Coder-1.5B-Instruct (1.1 GB) to the default set.
 MODELS ?= default

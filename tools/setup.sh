@@ -13,6 +13,8 @@ have_header zlib.h || need="$need zlib1g-dev"
 have_header openssl/evp.h || need="$need libssl-dev"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
 python3 -m pip --version >/dev/null 2>&1 || need="$need python3-pip"
+# the Python package's tests run in a venv (Debian splits venv/ensurepip into python3-venv)
+python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need="$need python3-venv"
 if [ "${KVPROBE_WITH_CLANG:-0}" = 1 ]; then
     command -v clang >/dev/null 2>&1 || need="$need clang"
     # libFuzzer's runtime ships with clang's compiler-rt package on Debian.

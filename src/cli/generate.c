@@ -1,4 +1,5 @@
 /* kvprobe generate: prompt -> tokens -> prefill -> decode loop -> text on stdout. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@ typedef struct gen_opts {
     int kv_f16;
     int no_bos;
     int print_ids;
+    const char *logits_path;
     int ignore_eog;
     kvp_precision precision;
     long batch;
@@ -46,6 +48,8 @@ static void gen_usage(FILE *f) {
             "  --no-bos             do not prepend BOS to -p text\n"
             "  --ignore-eog         keep generating past end-of-generation tokens\n"
             "  --ids                print generated token ids instead of text\n"
+            "  --logits FILE        write the logits of every generation step to FILE (n_vocab\n"
+            "                       little-endian float32 per step, in step order)\n"
             "  --chat               render -p as a user turn with the model's chat template and stop\n"
             "                       at the end of the turn; --system S, --template NAME, --no-think\n");
 }
@@ -81,6 +85,7 @@ static int parse_opts(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--batch")) { NEEDV(); if (cli_int(a, v, 1, 4096, &o->batch)) return -1; }
         else if (!strcmp(a, "--no-bos")) o->no_bos = 1;
         else if (!strcmp(a, "--ids")) o->print_ids = 1;
+        else if (!strcmp(a, "--logits")) { NEEDV(); o->logits_path = v; }
         else if (!strcmp(a, "--ignore-eog")) o->ignore_eog = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { gen_usage(stdout); exit(0); }
         else { fprintf(stderr, "kvprobe generate: unknown option '%s'\n", a); gen_usage(stderr); return -1; }
@@ -176,6 +181,7 @@ int cmd_generate(int argc, char **argv) {
     kvp_kv *kv = NULL;
     int32_t *prompt = NULL;
     float *logits = NULL;
+    FILE *lf = NULL; /* --logits */
     kvp_sampler smp = {0};
     int n_prompt = 0;
 
@@ -220,12 +226,20 @@ int cmd_generate(int argc, char **argv) {
         goto fail;
     }
 
+    if (o.logits_path && !(lf = fopen(o.logits_path, "wb"))) {
+        kvp_fail(&err, KVP_E_IO, "%s: cannot write: %s", o.logits_path, strerror(errno));
+        goto fail;
+    }
     double t0 = now_s();
     if (kvp_decode(ctx, kv, prompt, n_prompt, NULL, logits, &err)) goto fail;
     double t1 = now_s();
     utf8_out u = {0};
     int n_gen = 0;
     for (; n_gen < o.n_predict; n_gen++) {
+        if (lf && fwrite(logits, sizeof *logits, (size_t)hp->n_vocab, lf) != (size_t)hp->n_vocab) {
+            kvp_fail(&err, KVP_E_IO, "%s: write failed", o.logits_path);
+            goto fail;
+        }
         int32_t next = kvp_sample(&smp, logits);
         if (!o.ignore_eog && tok && kvp_token_is_eog(tok, next)) break;
         if (o.print_ids) {
@@ -240,6 +254,12 @@ int cmd_generate(int argc, char **argv) {
     }
     if (u.n) fwrite(u.pend, 1, (size_t)u.n, stdout);
     printf("\n");
+    if (lf && fclose(lf) != 0) {
+        lf = NULL;
+        kvp_fail(&err, KVP_E_IO, "%s: write failed", o.logits_path);
+        goto fail;
+    }
+    lf = NULL;
     double t2 = now_s();
     fprintf(stderr, "kvprobe: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s), %d threads, %s activations (%s)\n",
             n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0,
@@ -249,6 +269,7 @@ int cmd_generate(int argc, char **argv) {
 fail:
     rc = cli_error(&err);
 out:
+    if (lf) fclose(lf);
     kvp_sampler_free(&smp);
     free(logits);
     free(prompt);
