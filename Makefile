@@ -65,12 +65,13 @@ MODELS ?= default
 models:
 	@bash tools/fetch_models.sh $(MODELS)
 
-# The main job, small: a splice sweep on the default model (SmolLM2-135M-Instruct: the bundled
-# instruction-tuned model with a chat template), a few minutes on 2 cores.
+# The main job, small: a splice sweep on the default model (Qwen2.5-Coder-0.5B-Instruct, an
+# instruction-tuned coder) over the first HumanEval problems, with edit steps W up to 64 tokens
+# into the answer so the grid shows when the prompt's K/V stop mattering; minutes on 2 cores.
 DEMO_OUT ?= demo-out
 demo: deps models all
-	$(BUILD)/kvprobe sweep -m models/SmolLM2-135M-Instruct.Q4_1.gguf --dataset arc-easy:20 \
-	  --conditions clean,blank,zero,drop-content --layers 0,10,20,29 --steps 0,2,8 --out $(DEMO_OUT)
+	$(BUILD)/kvprobe sweep -m models/qwen2.5-coder-0.5b-instruct.gguf --dataset humaneval:4 \
+	  --conditions clean,blank,zero --layers 0,12,18,23 --steps 0,16,64 --max-new-tokens 384 --out $(DEMO_OUT)
 	@echo "report: $(DEMO_OUT)/report.html"
 
 # The kernels are chosen at build time (-march): CI also builds and tests the fallbacks.
