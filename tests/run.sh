@@ -5,9 +5,11 @@ passed=0
 failed=0
 for t in "$@"; do
     echo "== $t"
+    start=$(date +%s)
     out=$("$t" 2>&1)
     status=$?
     printf '%s\n' "$out"
+    echo "# $t: $(( $(date +%s) - start )) s"
     p=$(printf '%s\n' "$out" | grep -c '^ok ')
     f=$(printf '%s\n' "$out" | grep -c '^not ok ')
     if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then
