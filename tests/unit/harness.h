@@ -46,6 +46,14 @@ static int harness_finish(void) {
     return H.failed ? 1 : 0;
 }
 
+/* KVP_TEST_QUICK=1 (set by make sanitize and make check-isa, where every kernel runs 5-40x
+ * slower): the real-model tests check the same properties on fewer examples and steps. make
+ * test runs them at full size. */
+static inline int test_quick(void) {
+    const char *q = getenv("KVP_TEST_QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}
+
 /* Path of a test data file relative to the repo root (tests run from there). */
 static inline int file_exists(const char *p) {
     FILE *f = fopen(p, "rb");
