@@ -64,6 +64,11 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h tests/unit/golden.h $(BUIL
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(KVP_CFLAGS) -Itests/unit -o $@ $< $(TEST_EXTRA_OBJ) $(BUILD)/libkvprobe.a $(LDLIBS)
 
+# The kernel benchmark (bench/qdot_bench.c): kvp_qdot_rows alone on a model's weights, and
+# the core's integer-dot peak (--peak).
+$(BUILD)/qdot-bench: bench/qdot_bench.c $(BUILD)/libkvprobe.a
+	$(CC) $(CFLAGS) $(KVP_CFLAGS) -o $@ $< $(BUILD)/libkvprobe.a $(LDLIBS)
+
 # test = set up (build deps, real models) then build and run every test, the Python package's
 # included (python/run_tests.sh: pip install . into build/pyenv, then pytest).
 test:

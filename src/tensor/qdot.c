@@ -11,9 +11,11 @@
  * Q4_K: sc = d * scale, mn = -dmin * min; ...). A block's dot is then exact in integers and
  * scaled once per half or block (the exact recipe: "the arithmetic every path follows" below).
  *
- * Kernels: a few activations (decode) take tiles of 4 weight rows whose block dots are reduced
- * to exact integers for the 4 rows at once; batches of 4 or more on AVX-512 VNNI take packed
- * tiles of 16 (row, activation) pairs per vector. Every pair goes through the same operations
+ * Kernels: a few activations (decode) read each weight row in order, 8 blocks per vector
+ * (lane = block: the block dots reduced together, the scales decoded as vectors), 8 rows at a
+ * time transposed for the per-pair accumulation; batches of 4 or more on AVX-512 VNNI take
+ * packed tiles of 16 (row, activation) pairs per vector; other batches (AVX2) take tiles of 4
+ * rows unpacked once for all their activations. Every pair goes through the same operations
  * in the same order whatever the kernel, the tile, the thread count or the batch size, so
  * batching never changes a bit.
  *
@@ -50,7 +52,9 @@
 /* Single-activation products stream the weights from memory once: the hardware prefetcher
  * alone leaves the kernel at ~60% of the read bandwidth on big matrices, so each row is also
  * fetched this far ahead (measured: 6.3 -> 10.2 GB/s on a 178 MB Q8_0 LM head). */
+#ifndef PF_DIST /* -DPF_DIST=N to measure another */
 #define PF_DIST 16384
+#endif
 
 static inline float f16_at(const uint8_t *p) {
     uint16_t h;
@@ -444,7 +448,7 @@ INLINE __m256i dot_lanes(int t, __m256i src, __m256i u, __m256i x) {
 #endif
 }
 
-/* ---- rows x a few activations: the decode kernel ------------------------------------------ *
+/* ---- rows x activations in tiles of 4 rows (batches without the packed tiles) --------------- *
  * RM weight rows (4) against SRN activations: each (row, activation) block dot as 8 lanes of 4
  * bytes, reduced to the block's (or each half's) exact sum for the 4 rows at once, then the
  * float steps on 4 rows per vector. Weight blocks come from the rows themselves, or from wbuf
@@ -585,6 +589,282 @@ INLINE void qdot_small(int t, int lo, const uint8_t *w, size_t rb, int64_t n, in
     case 2: row_tile(t, 2, lo, w, rb, nblk, r, a, wb, out); break;
     case 1: row_tile(t, 1, lo, w, rb, nblk, r, a, wb, out); break;
     }
+}
+
+/* ---- one to SRN activations (decode): rows one after another -------------------------------- *
+ * The 4-row tiles above spend most of their time outside the integer dots: per block and row
+ * they decode the scales in scalar code and reduce the block dot across the 4 rows. Here each
+ * row is read on its own, in order (a tile of DR rows is one sequential stream), in chunks of
+ * DC blocks with lane = block: the DC block dots reduce to one vector of per-block sums, the
+ * scales decode as vectors (a K-quant's super-block at once), and t = sc*I (+ mn*S) is formed
+ * for DC blocks in one pass. The tile's rows of t are then transposed to lane = row for
+ * acc = fma(dx, t, acc), block after block: the recipe above, pair by pair, bit for bit. */
+#define DR 8    /* rows per tile */
+#define DC 8    /* blocks per chunk (lanes of one vector); a K-quant super-block */
+#define DBAND 32 /* chunks whose t a tile keeps (8 KB per activation) before the fma pass */
+
+/* Per activation and block, what the float steps and the offset need (lane = block). */
+typedef struct dact {
+    float *dx;        /* d, or d / 256 with q8x2 */
+    float *sf[2];     /* (float) sums of X over each half (H = 2) or the block (sf[0], H = 1) */
+    int32_t *corr[2]; /* those sums << log2(offset): off * S, taken from the dots */
+} dact;
+
+/* d[k] = per-block sums over halves 0 and 1 of 8 vectors of 8 lanes (lane = 4 bytes), lane k. */
+INLINE void reduce8(const __m256i d[DC], __m256i *h0, __m256i *h1) {
+    __m256i a0 = _mm256_hadd_epi32(d[0], d[1]), a1 = _mm256_hadd_epi32(d[2], d[3]);
+    __m256i a2 = _mm256_hadd_epi32(d[4], d[5]), a3 = _mm256_hadd_epi32(d[6], d[7]);
+    __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
+    *h0 = _mm256_permute2x128_si256(b0, b1, 0x20);
+    *h1 = _mm256_permute2x128_si256(b0, b1, 0x31);
+}
+
+/* u of block b (the scales come from load_scales). */
+INLINE __m256i load_u(int t, const uint8_t *row, int64_t b) {
+    switch (t) {
+    case KVP_TYPE_Q4_0: return nibbles(row + b * 18 + 2);
+    case KVP_TYPE_Q4_1: return nibbles(row + b * 20 + 4);
+    case KVP_TYPE_Q8_0: {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(row + b * 34 + 2));
+#ifdef QD_VNNI
+        u = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
+#endif
+        return u;
+    }
+    case KVP_TYPE_Q4_K: {
+        int bb = (int)(b % 8);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(row + (b / 8) * 144 + 16 + 32 * (bb / 2)));
+        if (bb % 2) q = _mm256_srli_epi16(q, 4);
+        return _mm256_and_si256(q, _mm256_set1_epi8(15));
+    }
+    case KVP_TYPE_Q5_0:
+    case KVP_TYPE_Q5_1: {
+        int m1 = t == KVP_TYPE_Q5_1;
+        const uint8_t *p = row + b * (m1 ? 24 : 22);
+        uint32_t qh;
+        memcpy(&qh, p + (m1 ? 4 : 2), 4);
+        return _mm256_or_si256(nibbles(p + (m1 ? 8 : 6)), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
+    }
+    default: { /* Q6_K in registers, the rest through unpack_block (in load_block) */
+        __m256i u;
+        float sc[2], mn[2];
+        load_block(t, row, b, &u, sc, mn);
+        return u;
+    }
+    }
+}
+
+INLINE __m256 f16x8(__m128i h) { return _mm256_cvtph_ps(h); }
+
+/* 8 f16 values at p + k * stride (k < nc; the rest 0). */
+INLINE __m128i gather_f16(const uint8_t *p, size_t stride, int nc) {
+    /* in a register: 8 small stores and one wide load would stall store forwarding */
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++) {
+        h[k] = 0;
+        if (k < nc) memcpy(&h[k], p + (size_t)k * stride, 2);
+    }
+    __m128i v = _mm_cvtsi32_si128(h[0]);
+    v = _mm_insert_epi16(v, h[1], 1), v = _mm_insert_epi16(v, h[2], 2), v = _mm_insert_epi16(v, h[3], 3);
+    v = _mm_insert_epi16(v, h[4], 4), v = _mm_insert_epi16(v, h[5], 5), v = _mm_insert_epi16(v, h[6], 6);
+    return _mm_insert_epi16(v, h[7], 7);
+}
+
+/* Scales and mins of blocks b0 .. b0 + nc - 1 of a row, lane k = block b0 + k: the same floats
+ * load_block makes (products of the same factors, the same negation). */
+INLINE void load_scales(int t, const uint8_t *row, int64_t b0, int nc, __m256 sc[2], __m256 mn[2]) {
+    const __m256 neg = _mm256_set1_ps(-0.0f);
+    sc[1] = mn[0] = mn[1] = _mm256_setzero_ps();
+    switch (t) {
+    case KVP_TYPE_Q4_0: sc[0] = f16x8(gather_f16(row + b0 * 18, 18, nc)); return;
+    case KVP_TYPE_Q5_0: sc[0] = f16x8(gather_f16(row + b0 * 22, 22, nc)); return;
+    case KVP_TYPE_Q8_0: sc[0] = f16x8(gather_f16(row + b0 * 34, 34, nc)); return;
+    case KVP_TYPE_Q4_1:
+        sc[0] = f16x8(gather_f16(row + b0 * 20, 20, nc));
+        mn[0] = f16x8(gather_f16(row + b0 * 20 + 2, 20, nc));
+        return;
+    case KVP_TYPE_Q5_1:
+        sc[0] = f16x8(gather_f16(row + b0 * 24, 24, nc));
+        mn[0] = f16x8(gather_f16(row + b0 * 24 + 2, 24, nc));
+        return;
+    case KVP_TYPE_Q4_K:
+    case KVP_TYPE_Q5_K: { /* a whole super-block: 6-bit scale and min of each of the 8 blocks */
+        const uint8_t *p = row + (b0 / 8) * (t == KVP_TYPE_Q4_K ? 144 : 176);
+        uint32_t w0, w1, w2;
+        memcpy(&w0, p + 4, 4), memcpy(&w1, p + 8, 4), memcpy(&w2, p + 12, 4);
+        uint32_t s_lo = w0 & 0x3f3f3f3f, m_lo = w1 & 0x3f3f3f3f;
+        uint32_t s_hi = (w2 & 0x0f0f0f0f) | (((w0 >> 6) & 0x03030303) << 4);
+        uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0f) | (((w1 >> 6) & 0x03030303) << 4);
+        __m256 s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)s_lo, (int)s_hi, 0, 0)));
+        __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0)));
+        sc[0] = _mm256_mul_ps(_mm256_set1_ps(f16_at(p)), s);
+        mn[0] = _mm256_xor_ps(neg, _mm256_mul_ps(_mm256_set1_ps(f16_at(p + 2)), m));
+        return;
+    }
+    case KVP_TYPE_Q6_K: { /* 16 signed 8-bit scales: half 0 of each block at even bytes */
+        const uint8_t *p = row + (b0 / 8) * 210;
+        __m128i s = _mm_loadu_si128((const __m128i *)(p + 192));
+        s = _mm_shuffle_epi8(s, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+        __m256 d = _mm256_set1_ps(f16_at(p + 208));
+        sc[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)));
+        sc[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s, 8))));
+        return;
+    }
+    default: { /* the rest block by block */
+        float s[2][8] = {{0}}, m[2][8] = {{0}};
+        for (int k = 0; k < nc; k++) {
+            uint8_t u[32];
+            float bs[2], bm[2];
+            unpack_block(t, row, b0 + k, u, bs, bm);
+            s[0][k] = bs[0], s[1][k] = bs[1], m[0][k] = bm[0], m[1][k] = bm[1];
+        }
+        for (int h = 0; h < 2; h++) sc[h] = _mm256_loadu_ps(s[h]), mn[h] = _mm256_loadu_ps(m[h]);
+        return;
+    }
+    }
+}
+
+/* The per-block sums of activation row j (blocks padded to whole chunks with zeros). */
+INLINE void prep_act(int t, int lo, const kvp_qact *a, int j, int64_t nblk, dact *da) {
+    const int os = off_shift(t), H = type_halves(t);
+    const int8_t *q = a->q + (size_t)j * a->n, *l = lo ? a->lo + (size_t)j * a->n : NULL;
+    const float *d = a->d + (size_t)j * nblk;
+    for (int64_t b0 = 0; b0 < nblk; b0 += DC) {
+        int nc = nblk - b0 < DC ? (int)(nblk - b0) : DC;
+        __m256i sq[DC], sl[DC], h0, h1, l0, l1;
+        for (int k = 0; k < DC; k++) {
+            sq[k] = k < nc ? lane_sums(_mm256_loadu_si256((const __m256i *)(q + (b0 + k) * QB))) : _mm256_setzero_si256();
+            if (lo) sl[k] = k < nc ? lane_sums(_mm256_loadu_si256((const __m256i *)(l + (b0 + k) * QB))) : _mm256_setzero_si256();
+        }
+        reduce8(sq, &h0, &h1);
+        if (lo) {
+            reduce8(sl, &l0, &l1);
+            h0 = _mm256_add_epi32(_mm256_slli_epi32(h0, 8), l0);
+            h1 = _mm256_add_epi32(_mm256_slli_epi32(h1, 8), l1);
+        }
+        if (H == 1) h0 = _mm256_add_epi32(h0, h1);
+        __m256i hs[2] = {h0, h1};
+        for (int h = 0; h < H; h++) {
+            _mm256_storeu_ps(da->sf[h] + b0, _mm256_cvtepi32_ps(hs[h]));
+            _mm256_storeu_si256((__m256i *)(da->corr[h] + b0), os >= 0 ? _mm256_slli_epi32(hs[h], os) : _mm256_setzero_si256());
+        }
+        for (int k = 0; k < DC; k++) da->dx[b0 + k] = k < nc ? (lo ? d[b0 + k] * (1.0f / 256.0f) : d[b0 + k]) : 0.0f;
+    }
+}
+
+/* c[k] = column k of the 8 x 8 matrix whose rows are r[0..7]. */
+INLINE void transpose8(const __m256 r[8], __m256 c[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    c[0] = _mm256_permute2f128_ps(s0, s4, 0x20), c[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    c[2] = _mm256_permute2f128_ps(s2, s6, 0x20), c[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    c[4] = _mm256_permute2f128_ps(s0, s4, 0x31), c[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    c[6] = _mm256_permute2f128_ps(s2, s6, 0x31), c[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* t (lane = block) of DC blocks from b0 of one row, for each of the rn activations. */
+INLINE void row_chunk(int t, int lo, const uint8_t *row, int64_t b0, int nc, const kvp_qact *a, int rn, const dact *da,
+                      __m256 *tout, size_t tstride) {
+    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
+    __m256i u[DC];
+    __m256 sc[2], mn[2];
+    for (int k = 0; k < DC; k++) u[k] = k < nc ? load_u(t, row, b0 + k) : _mm256_setzero_si256();
+    load_scales(t, row, b0, nc, sc, mn);
+    for (int j = 0; j < rn; j++) {
+        const int8_t *xq = a->q + (size_t)j * a->n + b0 * QB, *xl = lo ? a->lo + (size_t)j * a->n + b0 * QB : NULL;
+        __m256i dd[DC], I0, I1;
+        for (int k = 0; k < DC; k++) {
+            if (k >= nc) {
+                dd[k] = _mm256_setzero_si256();
+                continue;
+            }
+            dd[k] = dot_lanes(t, _mm256_setzero_si256(), u[k], _mm256_loadu_si256((const __m256i *)(xq + k * QB)));
+            if (lo)
+                dd[k] = dot_lanes(t, _mm256_slli_epi32(dd[k], 8), u[k], _mm256_loadu_si256((const __m256i *)(xl + k * QB)));
+        }
+        reduce8(dd, &I0, &I1);
+        if (H == 1) I0 = _mm256_add_epi32(I0, I1);
+        if (os >= 0) {
+            I0 = _mm256_sub_epi32(I0, _mm256_loadu_si256((const __m256i *)(da[j].corr[0] + b0)));
+            if (H == 2) I1 = _mm256_sub_epi32(I1, _mm256_loadu_si256((const __m256i *)(da[j].corr[1] + b0)));
+        }
+        __m256 tt = _mm256_mul_ps(sc[0], _mm256_cvtepi32_ps(I0));
+        if (H == 2) tt = _mm256_fmadd_ps(sc[1], _mm256_cvtepi32_ps(I1), tt);
+        if (mins) {
+            tt = _mm256_fmadd_ps(mn[0], _mm256_loadu_ps(da[j].sf[0] + b0), tt);
+            if (H == 2) tt = _mm256_fmadd_ps(mn[1], _mm256_loadu_ps(da[j].sf[1] + b0), tt);
+        }
+        tout[(size_t)j * tstride] = tt;
+    }
+}
+
+/* Rows [r0, r1) against a->nb <= SRN activations. */
+INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1,
+                        const kvp_qact *a, float *const *out) {
+    const int64_t nblk = n / QB, nchunk = (nblk + DC - 1) / DC, padded = nchunk * DC;
+    const int rn = a->nb;
+    const size_t chunk_bytes = rb / (size_t)nblk * DC;
+    /* per activation: dx, sf[2], corr[2] over the padded blocks; then t [rn][DBAND][DR] */
+    size_t act_bytes = (size_t)padded * 5 * sizeof(float), t_bytes = (size_t)rn * DBAND * DR * sizeof(__m256);
+    uint8_t *mem = aligned_alloc(32, (size_t)rn * act_bytes + t_bytes);
+    if (!mem) { /* no memory: the 4-row tiles give the same bits */
+        qdot_small(t, lo, w, rb, n, r0, r1, a, NULL, out);
+        return;
+    }
+    __m256 *tb = (__m256 *)mem;
+    dact da[SRN];
+    for (int j = 0; j < rn; j++) {
+        float *f = (float *)(mem + t_bytes + (size_t)j * act_bytes);
+        da[j] = (dact){f, {f + padded, f + 2 * padded}, {(int32_t *)(f + 3 * padded), (int32_t *)(f + 4 * padded)}};
+        prep_act(t, lo, a, j, nblk, &da[j]);
+    }
+    const size_t tstride = (size_t)DBAND * DR; /* between activations */
+    for (int64_t r = r0; r < r1; r += DR) {
+        const int rm = r1 - r < DR ? (int)(r1 - r) : DR;
+        __m256 acc[SRN];
+        for (int j = 0; j < rn; j++) acc[j] = _mm256_setzero_ps();
+        for (int64_t c0 = 0; c0 < nchunk; c0 += DBAND) {
+            const int64_t c1 = nchunk - c0 < DBAND ? nchunk : c0 + DBAND;
+            for (int i = 0; i < DR; i++) {
+                if (i >= rm) {
+                    for (int j = 0; j < rn; j++)
+                        for (int64_t c = c0; c < c1; c++) tb[(size_t)j * tstride + (size_t)(c - c0) * DR + i] = _mm256_setzero_ps();
+                    continue;
+                }
+                const uint8_t *row = w + (size_t)(r + i) * rb;
+                for (int64_t c = c0; c < c1; c++) {
+                    const uint8_t *pf = row + (size_t)c * chunk_bytes + PF_DIST;
+                    for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+                    int nc = nblk - c * DC < DC ? (int)(nblk - c * DC) : DC;
+                    if (nc == DC) row_chunk(t, lo, row, c * DC, DC, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
+                    else row_chunk(t, lo, row, c * DC, nc, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
+                }
+            }
+            for (int j = 0; j < rn; j++)
+                for (int64_t c = c0; c < c1; c++) {
+                    __m256 col[DC];
+                    transpose8(&tb[(size_t)j * tstride + (size_t)(c - c0) * DR], col);
+                    int nc = nblk - c * DC < DC ? (int)(nblk - c * DC) : DC;
+                    const float *dx = da[j].dx + c * DC;
+                    if (nc == DC)
+                        for (int k = 0; k < DC; k++) acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dx[k]), col[k], acc[j]);
+                    else
+                        for (int k = 0; k < nc; k++) acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dx[k]), col[k], acc[j]);
+                }
+        }
+        for (int j = 0; j < rn; j++) {
+            float v[DR];
+            _mm256_storeu_ps(v, acc[j]);
+            for (int i = 0; i < rm; i++) out[j][r + i] = v[i];
+        }
+    }
+    free(mem);
 }
 
 /* ---- batches on AVX-512: packed 16-pair tiles ---------------------------------------------- *
@@ -771,17 +1051,17 @@ INLINE void qdot_gemm(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int
             else QDOT_GEMM(T, 0);                                                                                      \
         } else if (a->lo) {                                                                                            \
             if (wb) qdot_small(T, 1, w, row_bytes, n, r0, r1, a, wb, out);                                             \
-            else qdot_small(T, 1, w, row_bytes, n, r0, r1, a, NULL, out);                                              \
+            else qdot_decode(T, 1, w, row_bytes, n, r0, r1, a, out);                                                   \
         } else {                                                                                                       \
             if (wb) qdot_small(T, 0, w, row_bytes, n, r0, r1, a, wb, out);                                             \
-            else qdot_small(T, 0, w, row_bytes, n, r0, r1, a, NULL, out);                                              \
+            else qdot_decode(T, 0, w, row_bytes, n, r0, r1, a, out);                                                   \
         }                                                                                                              \
         break;
 #endif /* QD_AVX2 */
 
 int kvp_qdot_row_multiple(void) {
 #ifdef QD_AVX2
-    return RM;
+    return DR;
 #else
     return 1;
 #endif

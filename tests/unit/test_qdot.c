@@ -80,6 +80,14 @@ static void check_kernel(const char *title, enum kvp_type type, const void *data
         memset(res2, 0, (size_t)NB * rows * sizeof(float));
         for (int64_t r0 = 0; r0 < rows; r0 += 3) kvp_qdot_rows(type, data, rb, r0, r0 + 3 < rows ? r0 + 3 : rows, &a, outp2);
         same &= memcmp(res, res2, (size_t)NB * rows * sizeof(float)) == 0;
+        /* Batches of 2 and 3 (the decode kernel's multi-activation tiles), odd row splits. */
+        for (int nb = 2; nb <= 3; nb++)
+            for (int j0 = 0; j0 + nb <= NB; j0 += nb) {
+                kvp_qact part = {n, nb, a.q + j0 * n, a.d + j0 * nblk, a.lo ? a.lo + j0 * n : NULL, NULL};
+                memset(res2, 0, (size_t)NB * rows * sizeof(float));
+                for (int64_t r0 = 0; r0 < rows; r0 += 5) kvp_qdot_rows(type, data, rb, r0, r0 + 5 < rows ? r0 + 5 : rows, &part, outp2);
+                same &= memcmp(res + j0 * rows, res2, (size_t)nb * rows * sizeof(float)) == 0;
+            }
         CHECK(same, "tiling or batching changed the results");
         NOTE("%s %s: %lld rows x %d activations, kernel error %.2g, worst %.2f of the rounding bound", kvp_type_name(type),
              two_planes ? "q8x2" : "q8", (long long)rows, NB, worst_int, worst_bound);
@@ -114,14 +122,14 @@ static uint32_t next_u32(void) {
 }
 
 /* Random blocks: random bytes, then every f16 scale field set to a finite value. */
-static void check_random(enum kvp_type type) {
+static void check_random(enum kvp_type type, int64_t n) {
     static const struct { enum kvp_type t; int n_f16; int off[2]; } F16S[] = {
         {KVP_TYPE_Q4_0, 1, {0}},      {KVP_TYPE_Q4_1, 2, {0, 2}},   {KVP_TYPE_Q5_0, 1, {0}},
         {KVP_TYPE_Q5_1, 2, {0, 2}},   {KVP_TYPE_Q8_0, 1, {0}},      {KVP_TYPE_Q2_K, 2, {80, 82}},
         {KVP_TYPE_Q3_K, 1, {108}},    {KVP_TYPE_Q4_K, 2, {0, 2}},   {KVP_TYPE_Q5_K, 2, {0, 2}},
         {KVP_TYPE_Q6_K, 1, {208}},
     };
-    const int64_t rows = 13, n = 512, yrows = 5;
+    const int64_t rows = 21, yrows = 5;
     const kvp_type_info *ti = kvp_type_get(type);
     size_t rb = kvp_row_bytes(type, n), nblocks = (size_t)(rows * n / ti->block_elems);
     uint8_t *data = malloc(rb * rows);
@@ -151,7 +159,11 @@ int main(void) {
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) check_golden(TYPES[i]);
     enum kvp_type rand_types[] = {KVP_TYPE_Q4_0, KVP_TYPE_Q4_1, KVP_TYPE_Q5_0, KVP_TYPE_Q5_1, KVP_TYPE_Q8_0,
                                   KVP_TYPE_Q2_K, KVP_TYPE_Q3_K, KVP_TYPE_Q4_K, KVP_TYPE_Q5_K, KVP_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof rand_types / sizeof rand_types[0]; i++) check_random(rand_types[i]);
+    for (size_t i = 0; i < sizeof rand_types / sizeof rand_types[0]; i++) {
+        check_random(rand_types[i], 512);
+        /* 11 blocks of 32: a row ends inside a kernel chunk of 8 blocks */
+        if (kvp_type_get(rand_types[i])->block_elems == 32) check_random(rand_types[i], 352);
+    }
     TEST("qdot: float types have no integer kernel") {
         CHECK(!kvp_qdot_supported(KVP_TYPE_F32) && !kvp_qdot_supported(KVP_TYPE_F16) &&
                   !kvp_qdot_supported(KVP_TYPE_BF16),

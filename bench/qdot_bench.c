@@ -1,0 +1,265 @@
+/* The integer matmul kernels alone, on a real model's weights, one thread.
+ *
+ *   qdot-bench MODEL.gguf [-b BATCH] [-p q8|q8x2] [-s SECONDS] [-m mmap|anon|huge] [-t TENSOR]
+ *   qdot-bench --peak
+ *
+ * A "pass" is what one forward step of BATCH tokens asks of kvp_qdot_rows: every matmul weight
+ * of the file (2-D, quantized; token_embd only where it is the tied LM head), in file order,
+ * against BATCH random activation rows. Passes repeat for SECONDS; since the model is much
+ * larger than the caches, every weight comes from memory, as in decoding. Prints, per weight
+ * type and in total: bytes, seconds per pass, GB/s of weights read, and GMAC/s
+ * (multiply-accumulates of weight x activation elements). -m: where the weights are read from:
+ * the file's mapping (mmap, what the engine does), a copy in anonymous memory (anon), or one in
+ * transparent huge pages (huge: madvise MADV_HUGEPAGE). -t: that one tensor only, over and over
+ * (from the caches where it fits: the kernel's compute speed without the memory).
+ *
+ * --peak: the core's integer-dot peak, one thread: independent chains of vpdpbusd (512- and
+ * 256-bit) or, without VNNI, AVX2 maddubs+madd, in registers. GMAC/s = 8-bit products per
+ * second, the ceiling the batched kernels are measured against. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "kvprobe/gguf.h"
+#include "kvprobe/tensor.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- --peak -------------------------------------------------------------------------------- */
+
+#define PEAK_ITERS 20000000L
+
+#if defined(__AVX512VNNI__) && defined(__AVX512F__)
+static double peak512(void) {
+    __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(5);
+    __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0,
+            c9 = c0;
+    double t0 = now_s();
+    for (long i = 0; i < PEAK_ITERS; i++) {
+        c0 = _mm512_dpbusd_epi32(c0, a, b), c1 = _mm512_dpbusd_epi32(c1, a, b);
+        c2 = _mm512_dpbusd_epi32(c2, a, b), c3 = _mm512_dpbusd_epi32(c3, a, b);
+        c4 = _mm512_dpbusd_epi32(c4, a, b), c5 = _mm512_dpbusd_epi32(c5, a, b);
+        c6 = _mm512_dpbusd_epi32(c6, a, b), c7 = _mm512_dpbusd_epi32(c7, a, b);
+        c8 = _mm512_dpbusd_epi32(c8, a, b), c9 = _mm512_dpbusd_epi32(c9, a, b);
+        __asm__ volatile("" : "+v"(a));
+    }
+    double t = now_s() - t0;
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                                 _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(c8, c9));
+    volatile int sink = _mm512_reduce_add_epi32(s);
+    (void)sink;
+    return 10.0 * 64 * PEAK_ITERS / t / 1e9;
+}
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define DP256 _mm256_dpbusd_epi32
+#else
+#define DP256 _mm256_dpbusd_avx_epi32
+#endif
+static double peak256(void) {
+    __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5);
+    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0,
+            c9 = c0;
+    double t0 = now_s();
+    for (long i = 0; i < PEAK_ITERS; i++) {
+        c0 = DP256(c0, a, b), c1 = DP256(c1, a, b), c2 = DP256(c2, a, b), c3 = DP256(c3, a, b);
+        c4 = DP256(c4, a, b), c5 = DP256(c5, a, b), c6 = DP256(c6, a, b), c7 = DP256(c7, a, b);
+        c8 = DP256(c8, a, b), c9 = DP256(c9, a, b);
+        __asm__ volatile("" : "+v"(a));
+    }
+    double t = now_s() - t0;
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)),
+                                 _mm256_add_epi32(_mm256_add_epi32(c4, c5), _mm256_add_epi32(c6, c7)));
+    s = _mm256_add_epi32(s, _mm256_add_epi32(c8, c9));
+    volatile int sink = _mm256_extract_epi32(s, 0);
+    (void)sink;
+    return 10.0 * 32 * PEAK_ITERS / t / 1e9;
+}
+#elif defined(__AVX2__)
+static double peak256(void) { /* maddubs + madd: the AVX2 kernels' pair of instructions */
+    __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5), one = _mm256_set1_epi16(1);
+    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+    double t0 = now_s();
+    for (long i = 0; i < PEAK_ITERS; i++) {
+        c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
+        c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
+        c2 = _mm256_add_epi32(c2, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
+        c3 = _mm256_add_epi32(c3, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
+        c4 = _mm256_add_epi32(c4, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
+        c5 = _mm256_add_epi32(c5, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
+        __asm__ volatile("" : "+v"(a));
+    }
+    double t = now_s() - t0;
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)),
+                                 _mm256_add_epi32(c4, c5));
+    volatile int sink = _mm256_extract_epi32(s, 0);
+    (void)sink;
+    return 6.0 * 32 * PEAK_ITERS / t / 1e9;
+}
+#endif
+
+static int run_peak(void) {
+    printf("isa=%s\n", kvp_qdot_isa());
+#if defined(__AVX512VNNI__) && defined(__AVX512F__)
+    printf("peak_gmacs_512=%.1f\n", peak512());
+#endif
+#if defined(__AVX2__)
+    printf("peak_gmacs_256=%.1f\n", peak256());
+#else
+    printf("peak: no SIMD integer dot in this build\n");
+#endif
+    return 0;
+}
+
+/* ---- the weights of one forward step ------------------------------------------------------- */
+
+typedef struct per_type {
+    double seconds, bytes, macs;
+    int tensors;
+} per_type;
+
+static int is_matmul_weight(const gguf_file *f, const gguf_tensor *t) {
+    if (t->n_dims != 2 || !kvp_qdot_supported(t->type) || t->ne[0] % 32) return 0;
+    size_t len = t->name.len;
+    if (len < 7 || memcmp(t->name.ptr + len - 7, ".weight", 7)) return 0;
+    if (len == 16 && !memcmp(t->name.ptr, "token_embd", 10)) return gguf_find_tensor(f, "output.weight") == NULL;
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--peak")) return run_peak();
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s MODEL.gguf [-b BATCH] [-p q8|q8x2] [-s SECONDS] | --peak\n", argv[0]);
+        return 2;
+    }
+    int batch = 1, two = 0;
+    double secs = 3.0;
+    const char *mem = "mmap", *only = NULL;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-b")) batch = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-p")) two = !strcmp(argv[i + 1], "q8x2");
+        else if (!strcmp(argv[i], "-s")) secs = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "-m")) mem = argv[i + 1];
+        else if (!strcmp(argv[i], "-t")) only = argv[i + 1];
+        else {
+            fprintf(stderr, "qdot-bench: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (batch < 1 || batch > 512) {
+        fprintf(stderr, "qdot-bench: batch must be 1..512\n");
+        return 2;
+    }
+    kvp_error err = {0};
+    gguf_file *f = gguf_open(argv[1], &err);
+    if (!f) {
+        fprintf(stderr, "qdot-bench: %s\n", err.msg);
+        return 1;
+    }
+    int64_t nmax = 0, rmax = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (is_matmul_weight(f, &f->tensors[i])) {
+            if (f->tensors[i].ne[0] > nmax) nmax = f->tensors[i].ne[0];
+            if (f->tensors[i].ne[1] > rmax) rmax = f->tensors[i].ne[1];
+        }
+    if (!nmax) {
+        fprintf(stderr, "qdot-bench: %s has no quantized matmul weights\n", argv[1]);
+        return 1;
+    }
+    /* weights elsewhere than the mapping: one anonymous copy of every matmul weight */
+    const void **wdata = calloc(f->n_tensors, sizeof *wdata);
+    if (!wdata) return 1;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        wdata[i] = t->data;
+        if (!strcmp(mem, "mmap") || !is_matmul_weight(f, t)) continue;
+        size_t sz = ((size_t)t->nbytes + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+        void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            fprintf(stderr, "qdot-bench: cannot map %zu bytes\n", sz);
+            return 1;
+        }
+        if (!strcmp(mem, "huge")) madvise(p, sz, MADV_HUGEPAGE);
+        memcpy(p, t->data, (size_t)t->nbytes);
+        wdata[i] = p;
+    }
+    /* activations: random normal-ish rows, quantized once per input width (as the engine does) */
+    float *x = malloc(sizeof(float) * (size_t)nmax);
+    int8_t *q = malloc((size_t)batch * nmax), *lo = two ? malloc((size_t)batch * nmax) : NULL;
+    float *d = malloc(sizeof(float) * (size_t)batch * (nmax / 32));
+    float *outbuf = malloc(sizeof(float) * (size_t)batch * rmax);
+    float **out = malloc(sizeof(float *) * (size_t)batch);
+    kvp_qact widest = {nmax, batch, q, d, lo, NULL};
+    size_t pack_bytes = kvp_qact_pack_bytes(&widest);
+    void *pack = malloc(pack_bytes ? pack_bytes : 1);
+    if (!x || !q || (two && !lo) || !d || !outbuf || !out || !pack) {
+        fprintf(stderr, "qdot-bench: out of memory\n");
+        return 1;
+    }
+    uint64_t s = 88172645463325252ULL;
+    for (int j = 0; j < batch; j++) out[j] = outbuf + (size_t)j * rmax;
+
+    per_type pt[64] = {{0}};
+    double t_end = now_s() + secs, total = 0;
+    int passes = 0;
+    float sink = 0;
+    do {
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+            const gguf_tensor *t = &f->tensors[i];
+            if (!is_matmul_weight(f, t)) continue;
+            if (only && (strlen(only) != t->name.len || memcmp(only, t->name.ptr, t->name.len))) continue;
+            int64_t n = t->ne[0], rows = t->ne[1];
+            for (int j = 0; j < batch; j++) {
+                for (int64_t k = 0; k < n; k++) {
+                    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+                    x[k] = (float)((int64_t)(s % 2001) - 1000) * 1e-3f;
+                }
+                if (two) kvp_quantize_act_row2(x, n, q + (size_t)j * n, d + (size_t)j * (n / 32), lo + (size_t)j * n);
+                else kvp_quantize_act_row(x, n, q + (size_t)j * n, d + (size_t)j * (n / 32));
+            }
+            kvp_qact a = {n, batch, q, d, lo, NULL};
+            kvp_qact_pack(&a, pack); /* once per input, as the engine does (not timed) */
+            double t0 = now_s();
+            kvp_qdot_rows(t->type, wdata[i], (size_t)(t->nbytes / (uint64_t)rows), 0, rows, &a, out);
+            double dt = now_s() - t0;
+            sink += out[0][0];
+            per_type *p = &pt[t->type & 63];
+            p->seconds += dt, p->bytes += (double)t->nbytes, p->macs += (double)n * rows * batch;
+            if (!passes) p->tensors++;
+            total += dt;
+        }
+        passes++;
+    } while (now_s() < t_end);
+
+    printf("# %s, batch %d, %s, weights %s, isa %s, %d passes (sink %g)\n", argv[1], batch, two ? "q8x2" : "q8",
+           mem, kvp_qdot_isa(), passes, (double)sink);
+    printf("| type | tensors | MiB | ms/pass | GB/s | GMAC/s |\n|---|---|---|---|---|---|\n");
+    double bytes = 0, macs = 0;
+    for (int k = 0; k < 64; k++) {
+        if (!pt[k].tensors) continue;
+        printf("| %s | %d | %.1f | %.3f | %.2f | %.2f |\n", kvp_type_name((uint32_t)k), pt[k].tensors,
+               pt[k].bytes / passes / 1048576.0, pt[k].seconds / passes * 1e3, pt[k].bytes / pt[k].seconds / 1e9,
+               pt[k].macs / pt[k].seconds / 1e9);
+        bytes += pt[k].bytes, macs += pt[k].macs;
+    }
+    printf("| all | | %.1f | %.3f | %.2f | %.2f |\n", bytes / passes / 1048576.0, total / passes * 1e3,
+           bytes / total / 1e9, macs / total / 1e9);
+    printf("passes_per_s=%.2f gbps=%.2f gmacs=%.2f\n", passes / total, bytes / total / 1e9, macs / total / 1e9);
+    free(x), free(q), free(lo), free(d), free(outbuf), free(out), free(pack);
+    gguf_close(f);
+    return 0;
+}
