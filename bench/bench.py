@@ -4,6 +4,8 @@
       generate vs llama.cpp (llama-cpp-python, bench/llama_cpp_bench.py); REPS repetitions,
       engines interleaved, medians; greedy, end-of-generation ignored, the same token ids.
   memory: peak RSS of kvprobe generate vs model file + KV cache.
+  kernels: kvp_qdot_rows alone over every weight, 1 thread, batch 1 / 16 / 64 (bench/qdot_bench.c),
+      against the core's integer-dot peak (qdot-bench --peak).
   bandwidth: read bandwidth (bench/bandwidth.c) and decode tok/s x bytes read per token.
   sweep: the same grid (SST-2 x {clean, blank, zero} x 4 L x 3 W) by kvprobe sweep batched,
       kvprobe sweep --unbatched, and the naive transformers loop (bench/naive_sweep.py).
@@ -25,12 +27,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KVPROBE = os.path.join(ROOT, "build", "kvprobe")
+QDOT_BENCH = os.path.join(ROOT, "build", "qdot-bench")
 LLAMA_PY = os.path.join(ROOT, "bench", ".venv", "bin", "python")
 TOOLS_PY = os.path.join(ROOT, "tools", ".venv", "bin", "python")
 
 MODELS = [
     {"key": "smollm2", "name": "SmolLM2-135M-Instruct Q4_1", "file": "models/SmolLM2-135M-Instruct.Q4_1.gguf",
      "layers": "0,10,20,29"},
+    {"key": "qwen1.5b", "name": "Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+     "file": "models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "layers": "0,9,18,27"},
     {"key": "gemma3", "name": "Gemma 3 270M Q4_K_M", "file": "models/gemma-3-270m-q4_k_m.gguf",
      "layers": "0,6,12,17"},
 ]
@@ -104,6 +109,20 @@ def bandwidth(threads):
     return float(re.search(r"read_gbps=([\d.]+)", out).group(1)) * 1e9
 
 
+def kv_pairs(text):
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", text)}
+
+
+def kernel(model):
+    """The integer kernels alone over every weight, 1 thread (bench/qdot_bench.c): the decode
+    product (batch 1, q8 as in generate) and the sweep's batched steps (16 and 64 rows, q8x2)."""
+    out = {}
+    for key, batch, prec in (("b1_q8", 1, "q8"), ("b16_q8x2", 16, "q8x2"), ("b64_q8x2", 64, "q8x2")):
+        text = run([QDOT_BENCH, model, "-b", str(batch), "-p", prec, "-s", "3"]).stdout
+        out[key] = kv_pairs(text.strip().splitlines()[-1])
+    return out
+
+
 def timed(cmd):
     t0 = time.perf_counter()
     run(cmd)
@@ -142,7 +161,7 @@ def sweep(m, threads, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=int(os.environ.get("REPS", 5)))
-    ap.add_argument("--models", default="smollm2,gemma3")
+    ap.add_argument("--models", default="smollm2,qwen1.5b,gemma3")
     ap.add_argument("--no-sweep", action="store_true")
     a = ap.parse_args()
     os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
@@ -152,9 +171,14 @@ def main():
     for t in (1, 2):
         results["bandwidth"][t] = bandwidth(t)
         log(f"read bandwidth, {t} thread(s): {results['bandwidth'][t] / 1e9:.2f} GB/s")
+    results["int_dot_peak"] = kv_pairs(run([QDOT_BENCH, "--peak"]).stdout)
+    log(f"integer-dot peak, 1 thread: {results['int_dot_peak']}")
     lines = []
     for m in MODELS:
         if m["key"] not in a.models.split(","):
+            continue
+        if not os.path.exists(os.path.join(ROOT, m["file"])):
+            log(f"== {m['name']}: {m['file']} missing (make models MODELS=all), skipped")
             continue
         log(f"== {m['name']}")
         ids = prompt_ids(m["file"])
@@ -194,6 +218,8 @@ def main():
         r["bytes_per_token"] = weights + kv_read
         for t in (1, 2):
             r[f"t{t}"]["tg_fraction_of_bandwidth"] = r[f"t{t}"]["kvprobe_tg"] * r["bytes_per_token"] / results["bandwidth"][t]
+        log("  kernels alone (1 thread) ...")
+        r["kernel"] = kernel(m["file"])
         if not a.no_sweep:
             log("  sweep grid (2 threads) ...")
             r["sweep"] = sweep(m, 2, tmp)
@@ -204,11 +230,11 @@ def main():
             rat["sweep_vs_naive"] = r["sweep"]["batched"]["cells_per_s"] / r["sweep"]["naive"]["cells_per_s"]
         r["ratios"] = rat
         report(m, r, results)
-        lines.append(" ".join(f"{k}={v:.2f}" for k, v in rat.items()))
+        lines.append((m["key"], " ".join(f"{k}={v:.2f}" for k, v in rat.items())))
     json.dump(results, open(os.path.join(ROOT, "bench", "out", "results.json"), "w"), indent=1)
     shutil.rmtree(tmp, ignore_errors=True)
-    for i, line in enumerate(lines):
-        print(("ratios: " if i == len(lines) - 1 else f"{MODELS[i]['key']} ratios: ") + line)
+    for i, (key, line) in enumerate(lines):
+        print(("ratios: " if i == len(lines) - 1 else f"{key} ratios: ") + line)
 
 
 def report(m, r, res):
@@ -225,6 +251,13 @@ def report(m, r, res):
           f"{mem['kv_bytes'] / 2**20:.1f} + overhead {mem['overhead'] / 2**20:.1f} MiB")
     print(f"bytes read per generated token: {r['bytes_per_token'] / 2**20:.1f} MiB; read bandwidth "
           f"{res['bandwidth'][1] / 1e9:.1f} GB/s (1 thread), {res['bandwidth'][2] / 1e9:.1f} GB/s (2)")
+    k = r["kernel"]
+    peak = max(res["int_dot_peak"].get("peak_gmacs_512", 0), res["int_dot_peak"].get("peak_gmacs_256", 0))
+    print("| kernels alone, 1 thread | passes/s | weights GB/s | GMAC/s | of the int-dot peak |")
+    print("|---|---|---|---|---|")
+    for key, label in (("b1_q8", "decode (1 row, q8)"), ("b16_q8x2", "batch 16, q8x2"), ("b64_q8x2", "batch 64, q8x2")):
+        print(f"| {label} | {k[key]['passes_per_s']:.2f} | {k[key]['gbps']:.2f} | {k[key]['gmacs']:.1f} | "
+              f"{k[key]['gmacs'] / peak:.3f} |")
     if "sweep" in r:
         s = r["sweep"]
         print("| sweep (2 threads) | cells | seconds | cells/s |")

@@ -7,8 +7,8 @@
 #   ratios: pp_t1=X pp_t2=X tg_t1=X tg_t2=X sweep_vs_naive=X     (kvprobe / peer, Gemma 3 270M)
 set -eu
 cd "$(dirname "$0")/.."
-make --no-print-directory all >/dev/null
+make --no-print-directory all build/qdot-bench >/dev/null
 cc -O2 -march=native -pthread bench/bandwidth.c -o build/bench-bandwidth
-sh bench/setup.sh
+case " $* " in *" --no-sweep "*) BENCH_NO_TORCH=1 sh bench/setup.sh ;; *) sh bench/setup.sh ;; esac
 mkdir -p bench/out
 python3 bench/bench.py "$@" | tee bench/out/run.log

@@ -20,7 +20,8 @@ if ! bench/.venv/bin/python -c "import llama_cpp" 2>/dev/null; then
     CMAKE_ARGS="-DCMAKE_C_FLAGS='$NO_AMX' -DCMAKE_CXX_FLAGS='$NO_AMX'" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
         bench/.venv/bin/pip install -q --no-cache-dir "$LLAMA_CPP_PYTHON"
 fi
-if ! tools/.venv/bin/python -c "import torch, transformers, gguf" 2>/dev/null; then
+# BENCH_NO_TORCH=1 (bench/run.sh --no-sweep): the naive sweep loop is not run, torch not needed.
+if [ -z "${BENCH_NO_TORCH:-}" ] && ! tools/.venv/bin/python -c "import torch, transformers, gguf" 2>/dev/null; then
     echo "bench setup: installing tools/requirements.txt into tools/.venv (torch, transformers; large)"
     "$PY" -m venv tools/.venv
     tools/.venv/bin/pip install -q -r tools/requirements.txt

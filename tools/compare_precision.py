@@ -3,7 +3,7 @@
 
     python3 tools/compare_precision.py RUN_DIR REF_DIR [--tie 0.05] [--by cell|condition] [--json]
 
-Both directories hold results.jsonl of the same grid (model, dataset, conditions, L, W); REF_DIR
+Both directories hold results.jsonl (or results.jsonl.gz) of the same grid (model, dataset, conditions, L, W); REF_DIR
 is normally `--precision f32` (equal to transformers token for token), RUN_DIR the path under
 test (q8x2, q8). Per condition (and with --by cell per condition x L x W):
   cells          records present in both
@@ -18,13 +18,18 @@ tests/unit/test_fidelity.c).
 """
 import argparse
 import collections
+import gzip
 import json
+import os
 import sys
 
 
 def load(d):
+    """Records by cell, from DIR/results.jsonl or (as committed under docs/results) its .gz."""
     recs = {}
-    for line in open(f"{d}/results.jsonl", encoding="utf-8"):
+    path = f"{d}/results.jsonl"
+    f = open(path, encoding="utf-8") if os.path.exists(path) else gzip.open(path + ".gz", "rt", encoding="utf-8")
+    for line in f:
         r = json.loads(line)
         recs[(r["example_id"], r["condition"], r["L"], r["W"])] = r
     return recs
