@@ -271,7 +271,7 @@ static inline __attribute__((always_inline)) void group_dots_n(int nh, const flo
     }
     for (int h = 0; h < nh; h++) out[h] = _mm512_reduce_add_ps(acc[h]);
 }
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) /* f16 value slots */
 #include <immintrin.h>
 #define DOT_W 8
 static inline __attribute__((always_inline)) void group_dots_n(int nh, const float *q, int hd, const float *k, float *out) {

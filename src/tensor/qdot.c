@@ -654,7 +654,17 @@ INLINE __m256i load_u(int t, const uint8_t *row, int64_t b) {
     }
 }
 
-INLINE __m256 f16x8(__m128i h) { return _mm256_cvtph_ps(h); }
+INLINE __m256 f16x8(__m128i h) {
+#if defined(__F16C__)
+    return _mm256_cvtph_ps(h);
+#else /* AVX2 + FMA without F16C (an -mavx2 -mfma build): the same values, one at a time */
+    uint16_t v[8];
+    float f[8];
+    _mm_storeu_si128((__m128i *)v, h);
+    for (int k = 0; k < 8; k++) f[k] = kvp_fp16_to_f32(v[k]);
+    return _mm256_loadu_ps(f);
+#endif
+}
 
 /* 8 f16 values at p + k * stride (k < nc; the rest 0). */
 INLINE __m128i gather_f16(const uint8_t *p, size_t stride, int nc) {
