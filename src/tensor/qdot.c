@@ -357,73 +357,91 @@ INLINE __m256i nibbles(const uint8_t *qs) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
 }
 
-/* Block b of a row as u (32 bytes) and the scale and min of each half (equal halves for the
- * types with one scale per block). Hot types in registers; the rest through unpack_block. */
+/* u of block b of a row (32 bytes): hot types in registers, the rest through unpack_block. */
+INLINE __m256i load_u(int t, const uint8_t *row, int64_t b) {
+    switch (t) {
+    case KVP_TYPE_Q4_0: return nibbles(row + b * 18 + 2);
+    case KVP_TYPE_Q4_1: return nibbles(row + b * 20 + 4);
+    case KVP_TYPE_Q5_0:
+    case KVP_TYPE_Q5_1: {
+        int m1 = t == KVP_TYPE_Q5_1;
+        const uint8_t *p = row + b * (m1 ? 24 : 22);
+        uint32_t qh;
+        memcpy(&qh, p + (m1 ? 4 : 2), 4);
+        return _mm256_or_si256(nibbles(p + (m1 ? 8 : 6)), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
+    }
+    case KVP_TYPE_Q8_0: {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(row + b * 34 + 2));
+#ifdef QD_VNNI
+        u = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80)); /* q + 128 */
+#endif
+        return u;
+    }
+    case KVP_TYPE_Q4_K: {
+        int bb = (int)(b % 8);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(row + (b / 8) * 144 + 16 + 32 * (bb / 2)));
+        if (bb % 2) q = _mm256_srli_epi16(q, 4);
+        return _mm256_and_si256(q, _mm256_set1_epi8(15));
+    }
+    case KVP_TYPE_Q6_K: {
+        const uint8_t *p = row + (b / 8) * 210;
+        int bb = (int)(b % 8), half = bb / 4, quarter = bb % 4;
+        __m256i ql = _mm256_loadu_si256((const __m256i *)(p + 64 * half + 32 * (quarter & 1)));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * half));
+        ql = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (quarter >> 1))), _mm256_set1_epi8(15));
+        qh = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * quarter)), _mm256_set1_epi8(3));
+        return _mm256_or_si256(ql, _mm256_slli_epi16(qh, 4));
+    }
+    default: {
+        uint8_t ub[32];
+        float sc[2], mn[2];
+        unpack_block(t, row, b, ub, sc, mn);
+        return _mm256_loadu_si256((const __m256i *)ub);
+    }
+    }
+}
+
+/* Block b of a row as u (load_u) and the scale and min of each half (equal halves for the
+ * types with one scale per block), as scalars. */
 INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, float sc[2], float mn[2]) {
     const uint8_t *p;
     mn[0] = mn[1] = 0.0f;
     switch (t) {
     case KVP_TYPE_Q4_0:
-        p = row + b * 18;
-        sc[0] = sc[1] = f16_at(p);
-        *u = nibbles(p + 2);
-        return;
+    case KVP_TYPE_Q5_0:
+    case KVP_TYPE_Q8_0:
+        sc[0] = sc[1] = f16_at(row + b * (t == KVP_TYPE_Q4_0 ? 18 : t == KVP_TYPE_Q5_0 ? 22 : 34));
+        break;
     case KVP_TYPE_Q4_1:
-        p = row + b * 20;
+    case KVP_TYPE_Q5_1:
+        p = row + b * (t == KVP_TYPE_Q4_1 ? 20 : 24);
         sc[0] = sc[1] = f16_at(p);
         mn[0] = mn[1] = f16_at(p + 2);
-        *u = nibbles(p + 4);
-        return;
-    case KVP_TYPE_Q5_0:
-    case KVP_TYPE_Q5_1: {
-        int m1 = t == KVP_TYPE_Q5_1;
-        p = row + b * (m1 ? 24 : 22);
-        sc[0] = sc[1] = f16_at(p);
-        if (m1) mn[0] = mn[1] = f16_at(p + 2);
-        uint32_t qh;
-        memcpy(&qh, p + (m1 ? 4 : 2), 4);
-        *u = _mm256_or_si256(nibbles(p + (m1 ? 8 : 6)), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
-        return;
-    }
-    case KVP_TYPE_Q8_0:
-        p = row + b * 34;
-        sc[0] = sc[1] = f16_at(p);
-        *u = _mm256_loadu_si256((const __m256i *)(p + 2));
-#ifdef QD_VNNI
-        *u = _mm256_xor_si256(*u, _mm256_set1_epi8((char)0x80)); /* q + 128 */
-#endif
-        return;
+        break;
     case KVP_TYPE_Q4_K: {
         p = row + (b / 8) * 144;
-        int bb = (int)(b % 8), s, mi;
-        k4_scale_min(bb, p + 4, &s, &mi);
+        int s, mi;
+        k4_scale_min((int)(b % 8), p + 4, &s, &mi);
         sc[0] = sc[1] = f16_at(p) * (float)s;
         mn[0] = mn[1] = -(f16_at(p + 2) * (float)mi);
-        __m256i q = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * (bb / 2)));
-        if (bb % 2) q = _mm256_srli_epi16(q, 4);
-        *u = _mm256_and_si256(q, _mm256_set1_epi8(15));
-        return;
+        break;
     }
     case KVP_TYPE_Q6_K: {
         p = row + (b / 8) * 210;
-        int bb = (int)(b % 8), half = bb / 4, quarter = bb % 4;
+        int bb = (int)(b % 8);
         float d = f16_at(p + 208);
         sc[0] = d * (float)(int8_t)p[192 + 2 * bb];
         sc[1] = d * (float)(int8_t)p[193 + 2 * bb];
-        __m256i ql = _mm256_loadu_si256((const __m256i *)(p + 64 * half + 32 * (quarter & 1)));
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * half));
-        ql = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (quarter >> 1))), _mm256_set1_epi8(15));
-        qh = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * quarter)), _mm256_set1_epi8(3));
-        *u = _mm256_or_si256(ql, _mm256_slli_epi16(qh, 4));
-        return;
+        break;
     }
-    default: {
+    default: { /* u and scales in one pass */
         uint8_t ub[32];
         unpack_block(t, row, b, ub, sc, mn);
         *u = _mm256_loadu_si256((const __m256i *)ub);
         return;
     }
     }
+    *u = load_u(t, row, b);
 }
 
 /* Sums of each group of 4 activation bytes, as 8 int32 lanes. */
@@ -603,6 +621,9 @@ INLINE void qdot_small(int t, int lo, const uint8_t *w, size_t rb, int64_t n, in
 #define DC 8    /* blocks per chunk (lanes of one vector); a K-quant super-block */
 #define DBAND 32 /* chunks whose t a tile keeps (8 KB per activation) before the fma pass */
 
+/* Blocks in chunk c of a row of nblk blocks (DC but at the row's end). */
+INLINE int chunk_blocks(int64_t nblk, int64_t c) { return nblk - c * DC < DC ? (int)(nblk - c * DC) : DC; }
+
 /* Per activation and block, what the float steps and the offset need (lane = block). */
 typedef struct dact {
     float *dx;        /* d, or d / 256 with q8x2 */
@@ -617,41 +638,6 @@ INLINE void reduce8(const __m256i d[DC], __m256i *h0, __m256i *h1) {
     __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
     *h0 = _mm256_permute2x128_si256(b0, b1, 0x20);
     *h1 = _mm256_permute2x128_si256(b0, b1, 0x31);
-}
-
-/* u of block b (the scales come from load_scales). */
-INLINE __m256i load_u(int t, const uint8_t *row, int64_t b) {
-    switch (t) {
-    case KVP_TYPE_Q4_0: return nibbles(row + b * 18 + 2);
-    case KVP_TYPE_Q4_1: return nibbles(row + b * 20 + 4);
-    case KVP_TYPE_Q8_0: {
-        __m256i u = _mm256_loadu_si256((const __m256i *)(row + b * 34 + 2));
-#ifdef QD_VNNI
-        u = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80));
-#endif
-        return u;
-    }
-    case KVP_TYPE_Q4_K: {
-        int bb = (int)(b % 8);
-        __m256i q = _mm256_loadu_si256((const __m256i *)(row + (b / 8) * 144 + 16 + 32 * (bb / 2)));
-        if (bb % 2) q = _mm256_srli_epi16(q, 4);
-        return _mm256_and_si256(q, _mm256_set1_epi8(15));
-    }
-    case KVP_TYPE_Q5_0:
-    case KVP_TYPE_Q5_1: {
-        int m1 = t == KVP_TYPE_Q5_1;
-        const uint8_t *p = row + b * (m1 ? 24 : 22);
-        uint32_t qh;
-        memcpy(&qh, p + (m1 ? 4 : 2), 4);
-        return _mm256_or_si256(nibbles(p + (m1 ? 8 : 6)), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
-    }
-    default: { /* Q6_K in registers, the rest through unpack_block (in load_block) */
-        __m256i u;
-        float sc[2], mn[2];
-        load_block(t, row, b, &u, sc, mn);
-        return u;
-    }
-    }
 }
 
 INLINE __m256 f16x8(__m128i h) {
@@ -740,7 +726,7 @@ INLINE void prep_act(int t, int lo, const kvp_qact *a, int j, int64_t nblk, dact
     const int8_t *q = a->q + (size_t)j * a->n, *l = lo ? a->lo + (size_t)j * a->n : NULL;
     const float *d = a->d + (size_t)j * nblk;
     for (int64_t b0 = 0; b0 < nblk; b0 += DC) {
-        int nc = nblk - b0 < DC ? (int)(nblk - b0) : DC;
+        int nc = chunk_blocks(nblk, b0 / DC);
         __m256i sq[DC], sl[DC], h0, h1, l0, l1;
         for (int k = 0; k < DC; k++) {
             sq[k] = k < nc ? lane_sums(_mm256_loadu_si256((const __m256i *)(q + (b0 + k) * QB))) : _mm256_setzero_si256();
@@ -851,7 +837,7 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
                 for (int64_t c = c0; c < c1; c++) {
                     const uint8_t *pf = row + (size_t)c * chunk_bytes + PF_DIST;
                     for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
-                    int nc = nblk - c * DC < DC ? (int)(nblk - c * DC) : DC;
+                    int nc = chunk_blocks(nblk, c);
                     if (nc == DC) row_chunk(t, lo, row, c * DC, DC, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
                     else row_chunk(t, lo, row, c * DC, nc, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
                 }
@@ -860,7 +846,7 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
                 for (int64_t c = c0; c < c1; c++) {
                     __m256 col[DC];
                     transpose8(&tb[(size_t)j * tstride + (size_t)(c - c0) * DR], col);
-                    int nc = nblk - c * DC < DC ? (int)(nblk - c * DC) : DC;
+                    int nc = chunk_blocks(nblk, c);
                     const float *dx = da[j].dx + c * DC;
                     if (nc == DC)
                         for (int k = 0; k < DC; k++) acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dx[k]), col[k], acc[j]);

@@ -90,7 +90,9 @@ static void check_golden(const char *model, const char *golden) {
         cJSON *g = gtext ? cJSON_Parse(gtext) : NULL, *gex = cJSON_GetObjectItem(g, "examples");
         CHECK(cJSON_GetArraySize(gex) == 8, "%s: golden missing or malformed", golden);
         int n_ex = test_quick() ? 2 : 8;
-        kvp_sweep_opts o = {.model_path = model, .dataset = test_quick() ? "arc-easy:2" : "arc-easy:8", .out_dir = DIR "-hf", .threads = 2, .quiet = 1,
+        char dataset[32];
+        snprintf(dataset, sizeof dataset, "arc-easy:%d", n_ex);
+        kvp_sweep_opts o = {.model_path = model, .dataset = dataset, .out_dir = DIR "-hf", .threads = 2, .quiet = 1,
                             .readout = KVP_READOUT_LOGLIK, .format = KVP_FORMAT_CLOZE, .precision = "f32",
                             .conds = {KVP_COND_CLEAN}, .n_conds = 1, .layers = {0}, .n_layers = 1, .steps = {0},
                             .n_steps = 1, .max_new_tokens = 1, .no_report = 1};
