@@ -9,6 +9,8 @@
 # stopped run is continued by running the same command again), then writes
 # OUT_DIR/compare.md: tools/compare_precision.py per condition and per cell for q8x2 and q8
 # against f32. Records are left as results.jsonl; gzip them to commit.
+#
+# PATHS="f32 q8x2" runs (and compares) only those paths; f32, the reference, always runs.
 set -eu
 [ $# -ge 2 ] || { echo "usage: $0 OUT_DIR SWEEP_ARGS..." >&2; exit 2; }
 out=$1
@@ -17,7 +19,17 @@ KVPROBE=${KVPROBE:-build/kvprobe}
 PY=${PYTHON:-python3}
 here=$(dirname "$0")
 mkdir -p "$out"
-for p in f32 q8x2 q8; do
+PATHS=${PATHS:-f32 q8x2 q8}
+case " $PATHS " in *" f32 "*) ;; *) PATHS="f32 $PATHS" ;; esac
+fast=""
+for p in $PATHS; do
+    case $p in
+    f32) ;;
+    q8 | q8x2) fast="$fast $p" ;;
+    *) echo "$0: unknown path '$p' in PATHS (f32, q8x2, q8)" >&2; exit 2 ;;
+    esac
+done
+for p in $PATHS; do
     extra=""
     [ "$p" = f32 ] && extra="--margins"
     echo "[fidelity] $p: $(date -u +%H:%M:%S)" >&2
@@ -26,11 +38,11 @@ done
 {
     echo "# $*"
     echo
-    for p in q8x2 q8; do
+    for p in $fast; do
         "$PY" "$here/compare_precision.py" "$out/$p" "$out/f32"
         echo
     done
-    for p in q8x2 q8; do
+    for p in $fast; do
         "$PY" "$here/compare_precision.py" "$out/$p" "$out/f32" --by cell
         echo
     done
