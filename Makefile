@@ -19,7 +19,7 @@ SANITIZE ?=
 KVP_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -ffp-contract=off -Iinclude -MMD -MP $(SANITIZE)
 LDLIBS  := -lpcre2-8 -lutf8proc -lcjson -lz -lcrypto -lm -lpthread $(SANITIZE)
 
-LIB_SRC := $(sort $(wildcard src/gguf/*.c src/tensor/*.c src/model/*.c src/kv/*.c src/text/*.c src/eval/*.c src/sweep/*.c src/util/*.c))
+LIB_SRC := $(sort $(wildcard src/gguf/*.c src/tensor/*.c src/model/*.c src/kv/*.c src/policy/*.c src/text/*.c src/eval/*.c src/sweep/*.c src/util/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
 TEST_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))

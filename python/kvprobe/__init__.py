@@ -100,8 +100,8 @@ _sig("kvp_kv_bytes", ctypes.c_size_t, _P)
 _sig("kvp_kv_truncate", _I, _P, _I, _E)
 _sig("kvp_kv_read", _I, _P, _I, _I, _I, _I, _I, _F32P, _E)
 _sig("kvp_kv_write", _I, _P, _I, _I, _I, _I, _I, _F32P, _E)
-_sig("kvp_kv_set_active", _I, _P, _I, _I, _I, _I, _I, _E)
-_sig("kvp_kv_is_active", _I, _P, _I, _I)
+_sig("kvp_kv_evict", _I, _P, _I, _I, _I, _I, _E)
+_sig("kvp_kv_holds", _I, _P, _I, _I)
 _sig("kvp_forward", _I, _P, ctypes.POINTER(_Row), _I, _E)
 _sig("kvp_py_splice", _I, _P, ctypes.c_char_p, _I, ctypes.c_char_p, _I, _U8P, _P, ctypes.c_uint64, _E)
 _sig("kvp_py_sweep", _I, ctypes.c_char_p, ctypes.c_char_p, _E)
@@ -351,7 +351,8 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """Memory the cache holds."""
+        """Memory the cache holds: its pages (16 positions of one KV head each, shared pages
+        included) and page tables."""
         return _lib.kvp_kv_bytes(self._kv)
 
     def __repr__(self):
@@ -419,16 +420,19 @@ class KVCache:
         err = _Error()
         _check(_lib.kvp_kv_truncate(self._kv, int(n), ctypes.byref(err)), err)
 
-    def evict(self, layers: Iterable[int], positions: Iterable[int], active: bool = False):
-        """Make positions unattendable (active=False) or attendable again at these layers."""
+    def evict(self, layers: Iterable[int], positions: Iterable[int]):
+        """Remove positions from the cache at these layers, for good: attention never sees them
+        again and their memory is released (fork first to keep them). Reading an evicted
+        position raises."""
         err = _Error()
         for l in layers:
             l = self._layer(l)
             for p in positions:
-                _check(_lib.kvp_kv_set_active(self._kv, l, l + 1, int(p), int(p) + 1, int(active), ctypes.byref(err)), err)
+                _check(_lib.kvp_kv_evict(self._kv, l, l + 1, int(p), int(p) + 1, ctypes.byref(err)), err)
 
-    def is_active(self, layer: int, pos: int) -> bool:
-        return bool(_lib.kvp_kv_is_active(self._kv, self._layer(layer), int(pos)))
+    def holds(self, layer: int, pos: int) -> bool:
+        """True if the position's K/V are held (not evicted) at this layer."""
+        return bool(_lib.kvp_kv_holds(self._kv, self._layer(layer), int(pos)))
 
     def splice(self, condition: str, layer_from: int, n_prompt: int, segments=None, span: str = "all-prompt",
                donor: Optional["KVCache"] = None, seed: int = 1):

@@ -131,7 +131,9 @@ def test_drop_and_evict(smol):
     a = kv.fork()
     a.splice("drop-content", layer_from=0, n_prompt=len(p), segments=p)
     user = [i for i, s in enumerate(p.segments[:-1]) if s == "user"]
-    assert not a.is_active(0, user[0]) and a.is_active(0, 0)
+    assert not a.holds(0, user[0]) and a.holds(0, 0)
+    with pytest.raises(kvprobe.KvprobeError):
+        a.k(0)  # evicted positions cannot be read
     b = kv.fork()
     b.evict(range(smol.n_layers), user)
     np.testing.assert_array_equal(smol.decode(a, p.ids[-1:], all_logits=False), smol.decode(b, p.ids[-1:], all_logits=False))

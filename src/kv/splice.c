@@ -155,7 +155,7 @@ int kvp_splice_apply(kvp_kv *kv, const kvp_splice *s, kvp_error *err) {
             case KVP_COND_BLANK:
             case KVP_COND_OTHER: rc = kvp_kv_copy_range(kv, s->donor, KVP_KV_BOTH, L, n_layer, p0, p1, err); break;
             case KVP_COND_DROP:
-            case KVP_COND_DROP_CONTENT: rc = kvp_kv_set_active(kv, L, n_layer, p0, p1, 0, err); break;
+            case KVP_COND_DROP_CONTENT: rc = kvp_kv_evict(kv, L, n_layer, p0, p1, err); break;
             default: break;
             }
         }

@@ -34,6 +34,11 @@ struct kvp_ctx {
     float *rope_cs;      /* [max_batch][2][n_rot]: cos (n_rot/2) then sin (n_rot/2) per kind */
     float *scores;       /* [n_threads][n_head][scores_cap] */
     int scores_cap;
+    /* rows of caches that keep attention scores: each (row, KV head) task's probabilities
+     * summed over its query heads, [max_batch][n_head_kv][obs_cap], from slot obs_s0[..] */
+    float *obs;
+    int *obs_s0, *obs_n;
+    int obs_cap;
     float *kvbuf;        /* [n_threads][max(head_dim, head_dim_v)] f16 -> f32 staging */
     float *dotbuf;       /* [n_threads][max_batch] */
     float **outp;        /* [max_batch] output row pointers for matmul */
@@ -135,10 +140,13 @@ void kvp_ctx_free(kvp_ctx *c) {
     if (!c) return;
     kvp_pool_free(c->pool);
     float *bufs[] = {c->x, c->xn, c->tmp, c->q, c->k, c->v, c->att, c->ffa, c->ffb,
-                     c->rope_inv[0], c->rope_inv[1], c->rope_cs, c->scores, c->kvbuf, c->dotbuf, c->in_rounded};
+                     c->rope_inv[0], c->rope_inv[1], c->rope_cs, c->scores, c->kvbuf, c->dotbuf, c->in_rounded,
+                     c->obs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->outp);
     free(c->rows);
+    free(c->obs_s0);
+    free(c->obs_n);
     free(c->qin.q);
     free(c->qin.d);
     free(c->qin.lo);
@@ -308,10 +316,12 @@ static int group_dots(const float *q, int nh, int hd, const float *k, float *out
     return 0;
 }
 
-/* out_h += sum_p w_h[p] * v_p for nh heads sharing the values (hdv floats per slot, f32 or f16
- * slots `stride` bytes apart from v0, np positions, weights w[h * np + p], 0 = skip the slot):
- * each value chunk is read once for all heads and the sums stay in registers across positions.
- * Returns 0 where there is no vector path (the caller does it element by element). */
+/* out_h (+)= sum_p w_h[p] * v_p for nh heads sharing the values (hdv floats per slot, f32 or
+ * f16 slots `stride` bytes apart from v0, np slots, weights w[h * ws + p]); out is overwritten,
+ * or added to when `acc` (the next page of slots: the sums continue in the same order, so a
+ * split into pages gives the same floats). Each value chunk is read once for all heads and the
+ * sums stay in registers across slots. Returns 0 where there is no vector path (the caller
+ * does it element by element). */
 #ifdef DOT_W
 #if DOT_W == 16
 typedef __m512 vfl;
@@ -335,20 +345,19 @@ typedef __m256 vfl;
 /* `regs` vectors of the output per head stay in registers across all positions: one pass over
  * the values when nh * hdv fits, a few otherwise. */
 static inline __attribute__((always_inline)) void group_axpy_n(int nh, int regs, int f16, const char *v0, size_t stride,
-                                                              int hdv, const float *w, int np, const uint8_t *active,
+                                                              int hdv, const float *w, size_t ws, int np, int add,
                                                               float *out) {
     for (int d = 0; d < hdv; d += regs * DOT_W) {
         vfl acc[MAX_GROUP][16];
         for (int h = 0; h < nh; h++)
-            for (int k = 0; k < regs; k++) acc[h][k] = V_ZERO();
+            for (int k = 0; k < regs; k++) acc[h][k] = add ? V_LOAD_F32(out + (size_t)h * hdv + d + k * DOT_W) : V_ZERO();
         for (int p = 0; p < np; p++) {
-            if (!active[p]) continue;
             const char *slot = v0 + (size_t)p * stride;
             vfl v[16];
             for (int k = 0; k < regs; k++)
                 v[k] = f16 ? V_LOAD_F16((const uint16_t *)slot + d + k * DOT_W) : V_LOAD_F32((const float *)slot + d + k * DOT_W);
             for (int h = 0; h < nh; h++) {
-                vfl wh = V_SET1(w[(size_t)h * np + p]);
+                vfl wh = V_SET1(w[(size_t)h * ws + p]);
                 for (int k = 0; k < regs; k++) acc[h][k] = V_FMA(wh, v[k], acc[h][k]);
             }
         }
@@ -358,23 +367,22 @@ static inline __attribute__((always_inline)) void group_axpy_n(int nh, int regs,
 }
 
 static inline __attribute__((always_inline)) void group_axpy_r(int nh, int f16, const char *v0, size_t stride, int hdv,
-                                                              const float *w, int np, const uint8_t *active,
-                                                              float *out) {
+                                                              const float *w, size_t ws, int np, int add, float *out) {
     int regs = 16 / nh; /* at most 16 accumulators (+ 16 values) */
     regs = regs >= 16 ? 16 : regs >= 8 ? 8 : regs >= 4 ? 4 : regs >= 2 ? 2 : 1;
     while (hdv % (regs * DOT_W)) regs /= 2;
     switch (regs) {
-    case 16: group_axpy_n(nh, 16, f16, v0, stride, hdv, w, np, active, out); break;
-    case 8: group_axpy_n(nh, 8, f16, v0, stride, hdv, w, np, active, out); break;
-    case 4: group_axpy_n(nh, 4, f16, v0, stride, hdv, w, np, active, out); break;
-    case 2: group_axpy_n(nh, 2, f16, v0, stride, hdv, w, np, active, out); break;
-    default: group_axpy_n(nh, 1, f16, v0, stride, hdv, w, np, active, out); break;
+    case 16: group_axpy_n(nh, 16, f16, v0, stride, hdv, w, ws, np, add, out); break;
+    case 8: group_axpy_n(nh, 8, f16, v0, stride, hdv, w, ws, np, add, out); break;
+    case 4: group_axpy_n(nh, 4, f16, v0, stride, hdv, w, ws, np, add, out); break;
+    case 2: group_axpy_n(nh, 2, f16, v0, stride, hdv, w, ws, np, add, out); break;
+    default: group_axpy_n(nh, 1, f16, v0, stride, hdv, w, ws, np, add, out); break;
     }
 }
 #endif
 
-static int group_axpy(int nh, int f16, const char *v0, size_t stride, int hdv, const float *w, int np,
-                      const uint8_t *active, float *out) {
+static int group_axpy(int nh, int f16, const char *v0, size_t stride, int hdv, const float *w, size_t ws, int np,
+                      int add, float *out) {
 #ifdef DOT_W
     if (hdv % DOT_W || nh > MAX_GROUP) return 0;
 #if !defined(__F16C__)
@@ -382,8 +390,8 @@ static int group_axpy(int nh, int f16, const char *v0, size_t stride, int hdv, c
 #endif
 #define AXPY_CASE(N)                                                                                                   \
     case N: {                                                                                                          \
-        if (f16) group_axpy_r(N, 1, v0, stride, hdv, w, np, active, out);                                              \
-        else group_axpy_r(N, 0, v0, stride, hdv, w, np, active, out);                                                  \
+        if (f16) group_axpy_r(N, 1, v0, stride, hdv, w, ws, np, add, out);                                             \
+        else group_axpy_r(N, 0, v0, stride, hdv, w, ws, np, add, out);                                                 \
         return 1;                                                                                                      \
     }
     switch (nh) {
@@ -391,7 +399,7 @@ static int group_axpy(int nh, int f16, const char *v0, size_t stride, int hdv, c
     }
 #undef AXPY_CASE
 #endif
-    (void)nh, (void)f16, (void)v0, (void)stride, (void)hdv, (void)w, (void)np, (void)active, (void)out;
+    (void)nh, (void)f16, (void)v0, (void)stride, (void)hdv, (void)w, (void)ws, (void)np, (void)add, (void)out;
     return 0;
 }
 
@@ -412,64 +420,74 @@ static void attn_task(void *arg, int task, int thread) {
     int r = task / per_row, h0 = (task % per_row) * j->split, nh = j->split, kvh = h0 / group, l = j->layer;
     const kvp_row *row = &j->rows[r];
     const kvp_kv *kv = row->kv;
+    const kv_list *li = kv_list_at(kv, l, kvh);
     int hd = hp->head_dim, hdv = hp->head_dim_v;
     const float *q = c->q + (size_t)r * hp->n_head * hd + (size_t)h0 * hd;
     float *out = c->att + (size_t)r * hp->n_head * hdv + (size_t)h0 * hdv;
     float *kbuf = c->kvbuf + (size_t)thread * 2 * (hd > hdv ? hd : hdv);
-    const uint8_t *active = kv->active + (size_t)l * kv->n_ctx;
     int p1 = row->pos + 1, p0 = 0;
     if (hp->layer_is_swa[l] && hp->sliding_window > 0 && p1 > hp->sliding_window) p0 = p1 - hp->sliding_window;
-    int np = p1 - p0;
+    /* the slots holding positions [p0, p1): evicted positions have none */
+    int s0 = kv_lower(li, p0), s1 = kv_lower(li, p1), np = s1 - s0, f16 = kv->type != KVP_KV_F32;
     float *scores = c->scores + (size_t)thread * c->scores_cap * hp->n_head; /* [nh][np] */
     size_t es = kv_elem_size(kv);
 
-    int any = 0;
-    for (int p = p0; p < p1; p++) {
-        if (!active[p]) {
-            for (int h = 0; h < nh; h++) scores[(size_t)h * np + p - p0] = -INFINITY;
-            continue;
-        }
-        any = 1;
-        const void *ks = (const char *)kv_k_slot(kv, l, p) + (size_t)kvh * hd * es;
+    memset(out, 0, (size_t)nh * hdv * sizeof(float));
+    if (np <= 0) return; /* every visible position evicted: attention contributes nothing */
+    for (int s = s0; s < s1; s++) {
+        const void *ks = kv_slot_k(kv, li, s);
         const float *kp = ks;
-        if (kv->type != KVP_KV_F32) {
+        if (f16) {
             kv_load(kv, ks, kbuf, hd);
             kp = kbuf;
         }
         float dots[MAX_GROUP];
         if (group_dots(q, nh, hd, kp, dots)) {
-            for (int h = 0; h < nh; h++) scores[(size_t)h * np + p - p0] = dots[h] * hp->attn_scale;
+            for (int h = 0; h < nh; h++) scores[(size_t)h * np + s - s0] = dots[h] * hp->attn_scale;
         } else {
             for (int h = 0; h < nh; h++)
-                scores[(size_t)h * np + p - p0] = kvp_dot_f32(q + (size_t)h * hd, kp, hd) * hp->attn_scale;
+                scores[(size_t)h * np + s - s0] = kvp_dot_f32(q + (size_t)h * hd, kp, hd) * hp->attn_scale;
         }
     }
-    memset(out, 0, (size_t)nh * hdv * sizeof(float));
-    if (!any) return; /* every visible slot evicted: attention contributes nothing */
-    for (int h = 0; h < nh; h++) { /* softmax; evicted slots (-inf) get weight 0 */
-        float *s = scores + (size_t)h * np, mx = -INFINITY, sum = 0.0f;
-        for (int i = 0; i < np; i++) mx = s[i] > mx ? s[i] : mx;
-        for (int i = 0; i < np; i++) s[i] -= mx;
-        kvp_vexp(s, np);
-        for (int i = 0; i < np; i++) sum += s[i];
+    for (int h = 0; h < nh; h++) { /* softmax */
+        float *sc = scores + (size_t)h * np, mx = -INFINITY, sum = 0.0f;
+        for (int i = 0; i < np; i++) mx = sc[i] > mx ? sc[i] : mx;
+        for (int i = 0; i < np; i++) sc[i] -= mx;
+        kvp_vexp(sc, np);
+        for (int i = 0; i < np; i++) sum += sc[i];
         float inv = 1.0f / sum;
-        for (int i = 0; i < np; i++) s[i] *= inv;
+        for (int i = 0; i < np; i++) sc[i] *= inv;
     }
-    /* the accumulation overwrites out */
-    const char *v0 = (const char *)kv_v_slot(kv, l, p0) + (size_t)kvh * hdv * es;
-    if (group_axpy(nh, kv->type != KVP_KV_F32, v0, (size_t)kv->v_row * es, hdv, scores, np, active + p0, out)) return;
-    for (int p = p0; p < p1; p++) {
-        if (!active[p]) continue;
-        const void *vs = (const char *)kv_v_slot(kv, l, p) + (size_t)kvh * hdv * es;
-        const float *vp = vs;
-        if (kv->type != KVP_KV_F32) {
-            kv_load(kv, vs, kbuf, hdv);
-            vp = kbuf;
+    if (kv->scoring) { /* whole GQA groups per task here (attention_block), so one writer per (row, KV head) */
+        size_t o = (size_t)r * hp->n_head_kv + kvh;
+        float *dst = c->obs + o * c->obs_cap;
+        for (int i = 0; i < np; i++) {
+            float t = 0.0f;
+            for (int h = 0; h < nh; h++) t += scores[(size_t)h * np + i];
+            dst[i] = t;
         }
-        for (int h = 0; h < nh; h++) {
-            float w = scores[(size_t)h * np + p - p0], *o = out + (size_t)h * hdv;
-            for (int d = 0; d < hdv; d++) o[d] += w * vp[d];
+        c->obs_s0[o] = s0;
+        c->obs_n[o] = np;
+    }
+    /* values, one page of slots at a time (slots are contiguous within a page) */
+    for (int s = s0; s < s1;) {
+        int e = (s / KV_PAGE + 1) * KV_PAGE < s1 ? (s / KV_PAGE + 1) * KV_PAGE : s1;
+        const float *w = scores + (s - s0);
+        if (!group_axpy(nh, f16, kv_slot_v(kv, li, s), (size_t)hdv * es, hdv, w, (size_t)np, e - s, s > s0, out)) {
+            for (int t = s; t < e; t++) {
+                const void *vs = kv_slot_v(kv, li, t);
+                const float *vp = vs;
+                if (f16) {
+                    kv_load(kv, vs, kbuf, hdv);
+                    vp = kbuf;
+                }
+                for (int h = 0; h < nh; h++) {
+                    float wt = w[(size_t)h * np + t - s], *o = out + (size_t)h * hdv;
+                    for (int d = 0; d < hdv; d++) o[d] += wt * vp[d];
+                }
+            }
         }
+        s = e;
     }
 }
 
@@ -501,6 +519,16 @@ static int validate_rows(kvp_ctx *c, const kvp_row *rows, int n, kvp_error *err)
         if (!s) return kvp_fail(err, KVP_E_NOMEM, "out of memory for attention scores");
         c->scores = s;
         c->scores_cap = need;
+    }
+    int scoring = 0;
+    for (int i = 0; i < n; i++) scoring |= rows[i].kv->scoring;
+    if (scoring && (need > c->obs_cap || !c->obs_s0)) {
+        size_t nkv = (size_t)hp->n_head_kv, mb = (size_t)c->max_batch;
+        float *o = realloc(c->obs, mb * nkv * (size_t)need * sizeof(float));
+        if (o) c->obs = o;
+        if (!c->obs_s0) c->obs_s0 = calloc(mb * nkv, sizeof(int)), c->obs_n = calloc(mb * nkv, sizeof(int));
+        if (!o || !c->obs_s0 || !c->obs_n) return kvp_fail(err, KVP_E_NOMEM, "out of memory for attention scores");
+        c->obs_cap = need;
     }
     return 0;
 }
@@ -594,10 +622,14 @@ static void row_qk_store(kvp_ctx *c, const kvp_row *rows, int r, int il) {
         if (L->k_norm) rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
         rope_head(kh, cs, hp->n_rot, hp->rope_neox);
     }
-    kvp_kv *kv = rows[r].kv; /* distinct rows write distinct slots */
-    kv_store(kv, kv_k_slot(kv, il, rows[r].pos), c->k + (size_t)r * kw, kw);
-    kv_store(kv, kv_v_slot(kv, il, rows[r].pos), c->v + (size_t)r * vw, vw);
-    kv->active[(size_t)il * kv->n_ctx + rows[r].pos] = 1;
+    /* distinct rows write distinct slots, each in a page of its own cache (kv_reserve) */
+    kvp_kv *kv = rows[r].kv;
+    for (int h = 0; h < hp->n_head_kv; h++) {
+        kv_list *li = kv_list_at(kv, il, h);
+        int s = kv_find(li, rows[r].pos);
+        kv_store(kv, kv_slot_k(kv, li, s), c->k + (size_t)r * kw + (size_t)h * hd, hd);
+        kv_store(kv, kv_slot_v(kv, li, s), c->v + (size_t)r * vw + (size_t)h * hp->head_dim_v, hp->head_dim_v);
+    }
 }
 
 /* x += post_norm(tmp) (the norm only where the family has one). */
@@ -627,6 +659,21 @@ static void row_gate(kvp_ctx *c, const kvp_row *rows, int r, int il) {
 
 /* ---- blocks -------------------------------------------------------------------------------- */
 
+/* Scoring caches: add each row's attention (recorded by its tasks) to the slots' scores, in
+ * row order, so the sums do not depend on threads. */
+static void add_scores(kvp_ctx *c, const kvp_row *rows, int n, int il) {
+    int nkv = c->m->hp.n_head_kv;
+    for (int r = 0; r < n; r++) {
+        if (!rows[r].kv->scoring) continue;
+        for (int h = 0; h < nkv; h++) {
+            size_t o = (size_t)r * nkv + h;
+            kv_list *li = kv_list_at(rows[r].kv, il, h);
+            const float *src = c->obs + o * c->obs_cap;
+            for (int i = 0; i < c->obs_n[o]; i++) li->score[c->obs_s0[o] + i] += src[i];
+        }
+    }
+}
+
 static void attention_block(kvp_ctx *c, const kvp_row *rows, int n, int il) {
     const kvp_hparams *hp = &c->m->hp;
     const kvp_layer *L = &c->m->layers[il];
@@ -640,9 +687,12 @@ static void attention_block(kvp_ctx *c, const kvp_row *rows, int n, int il) {
      * causally. */
     for_each_row(c, rows, n, il, row_qk_store);
     /* whole GQA groups per task, unless that leaves threads idle (decode with few KV heads) */
-    int group = hp->n_head / hp->n_head_kv, split = n * hp->n_head_kv >= 2 * c->n_threads ? group : 1;
+    int group = hp->n_head / hp->n_head_kv, split = n * hp->n_head_kv >= 2 * c->n_threads ? group : 1, scoring = 0;
+    for (int r = 0; r < n; r++) scoring |= rows[r].kv->scoring;
+    if (scoring) split = group;
     attn_job aj = {c, rows, il, split};
     kvp_pool_run(c->pool, attn_task, &aj, n * (hp->n_head / split));
+    if (scoring) add_scores(c, rows, n, il);
     set_input(c, c->att, (int64_t)hp->n_head * hp->head_dim_v, n, (int64_t)hp->n_head * hp->head_dim_v);
     matmul_dense(c, &L->wo, c->tmp);
     for_each_row(c, rows, n, il, row_attn_residual);
@@ -683,6 +733,11 @@ static void logits_block(kvp_ctx *c, const kvp_row *rows, int n) {
 int kvp_forward(kvp_ctx *c, const kvp_row *rows, int n, kvp_error *err) {
     if (validate_rows(c, rows, n, err)) return err->code;
     if (n == 0) return KVP_OK;
+    for (int r = 0; r < n; r++)
+        if (kv_reserve(rows[r].kv, rows[r].pos, err)) {
+            for (int q = 0; q <= r; q++) kvp_kv_truncate(rows[q].kv, rows[q].kv->len, NULL);
+            return err->code;
+        }
     embed(c, rows, n);
     rope_tables(c, rows, n);
     for (int il = 0; il < c->m->hp.n_layer; il++) {
