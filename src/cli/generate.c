@@ -26,6 +26,8 @@ typedef struct gen_opts {
     kvp_precision precision;
     long batch;
     cli_chat chat;
+    const char *kv_policy;
+    kvp_kv_policy policy;
 } gen_opts;
 
 static void gen_usage(FILE *f) {
@@ -51,7 +53,11 @@ static void gen_usage(FILE *f) {
             "  --logits FILE        write the logits of every generation step to FILE (n_vocab\n"
             "                       little-endian float32 per step, in step order)\n"
             "  --chat               render -p as a user turn with the model's chat template and stop\n"
-            "                       at the end of the turn; --system S, --template NAME, --no-think\n");
+            "                       at the end of the turn; --system S, --template NAME, --no-think\n"
+            "  --kv-policy SPEC     what the cache keeps of the prompt (include/kvprobe/policy.h):\n"
+            "                       full, scaffold:L=..,W=.. and drop-content:L=..,W=.. (need --chat),\n"
+            "                       streaming:budget=B, h2o:budget=B, snapkv:budget=B (B: kept\n"
+            "                       fraction of the prompt, or tokens=N); the KV memory held is reported\n");
 }
 
 static int parse_opts(int argc, char **argv, gen_opts *o) {
@@ -87,12 +93,27 @@ static int parse_opts(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--ids")) o->print_ids = 1;
         else if (!strcmp(a, "--logits")) { NEEDV(); o->logits_path = v; }
         else if (!strcmp(a, "--ignore-eog")) o->ignore_eog = 1;
+        else if (!strcmp(a, "--kv-policy")) {
+            NEEDV();
+            kvp_error e = {0};
+            if (kvp_kv_policy_parse(v, &o->policy, &e)) {
+                fprintf(stderr, "kvprobe generate: --kv-policy: %s\n", e.msg);
+                return -1;
+            }
+            o->kv_policy = v;
+        }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { gen_usage(stdout); exit(0); }
         else { fprintf(stderr, "kvprobe generate: unknown option '%s'\n", a); gen_usage(stderr); return -1; }
 #undef NEEDV
     }
     if (o->chat.on && !o->prompt) {
         fprintf(stderr, "kvprobe generate: --chat needs -p TEXT\n");
+        return -1;
+    }
+    if (o->kv_policy && (o->policy.kind == KVP_POLICY_SCAFFOLD || o->policy.kind == KVP_POLICY_DROP_CONTENT) &&
+        !o->chat.on) {
+        fprintf(stderr, "kvprobe generate: --kv-policy %s needs --chat (it edits by segment: scaffold / user content)\n",
+                kvp_policy_name(o->policy.kind));
         return -1;
     }
     if (!o->model || (!o->prompt == !o->tokens)) {
@@ -184,6 +205,8 @@ int cmd_generate(int argc, char **argv) {
     FILE *lf = NULL; /* --logits */
     kvp_sampler smp = {0};
     int n_prompt = 0;
+    kvp_prompt chat_prompt = {0}; /* --chat: ids and segment labels (the policies edit by segment) */
+    kvp_scaffold *scaffold = NULL;
 
     if (!(m = kvp_model_load(o.model, &err))) return cli_error(&err);
     const kvp_hparams *hp = kvp_model_hparams(m);
@@ -195,12 +218,10 @@ int cmd_generate(int argc, char **argv) {
             goto out;
         }
     } else if (o.chat.on) {
-        kvp_prompt p;
-        if (cli_chat_prompt(&o.chat, kvp_model_gguf(m), tok, o.prompt, &p, &err)) goto fail;
-        prompt = p.ids; /* the template writes BOS itself where the family uses one */
-        n_prompt = p.n;
-        p.ids = NULL;
-        kvp_prompt_free(&p);
+        if (cli_chat_prompt(&o.chat, kvp_model_gguf(m), tok, o.prompt, &chat_prompt, &err)) goto fail;
+        prompt = chat_prompt.ids; /* the template writes BOS itself where the family uses one */
+        n_prompt = chat_prompt.n;
+        chat_prompt.ids = NULL;
     } else if (kvp_tokenize(tok, o.prompt, strlen(o.prompt), kvp_tokenizer_add_bos(tok) && !o.no_bos, 0, &prompt,
                             &n_prompt, &err)) {
         goto fail;
@@ -230,8 +251,18 @@ int cmd_generate(int argc, char **argv) {
         kvp_fail(&err, KVP_E_IO, "%s: cannot write: %s", o.logits_path, strerror(errno));
         goto fail;
     }
+    kvp_prompt pp = {.ids = prompt, .n = n_prompt, .seg = chat_prompt.seg};
+    kvp_policy_run run = {&o.policy, ctx, kv, &pp, NULL, 0};
+    if (o.kv_policy && o.policy.kind == KVP_POLICY_SCAFFOLD &&
+        !(run.scaffold = scaffold = kvp_scaffold_new(m, ctx, tok, NULL, 0, kvp_kv_dtype(kv), &err)))
+        goto fail;
     double t0 = now_s();
-    if (kvp_decode(ctx, kv, prompt, n_prompt, NULL, logits, &err)) goto fail;
+    if (!o.kv_policy) {
+        if (kvp_decode(ctx, kv, prompt, n_prompt, NULL, logits, &err)) goto fail;
+    } else if (kvp_policy_prefill(&run, &err) || kvp_policy_step(&run, 0, &err) ||
+               kvp_decode(ctx, kv, prompt + n_prompt - 1, 1, NULL, logits, &err)) {
+        goto fail;
+    }
     double t1 = now_s();
     utf8_out u = {0};
     int n_gen = 0;
@@ -250,7 +281,9 @@ int cmd_generate(int argc, char **argv) {
             size_t n = kvp_token_to_bytes(tok, next, 0, buf, sizeof buf);
             utf8_write(&u, buf, n < sizeof buf ? n : sizeof buf, stdout);
         }
-        if (n_gen + 1 < o.n_predict && kvp_decode(ctx, kv, &next, 1, NULL, logits, &err)) goto fail;
+        if (n_gen + 1 < o.n_predict &&
+            ((o.kv_policy && kvp_policy_step(&run, n_gen + 1, &err)) || kvp_decode(ctx, kv, &next, 1, NULL, logits, &err)))
+            goto fail;
     }
     if (u.n) fwrite(u.pend, 1, (size_t)u.n, stdout);
     printf("\n");
@@ -265,12 +298,27 @@ int cmd_generate(int argc, char **argv) {
             n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0,
             kvp_ctx_threads(ctx), kvp_precision_name(kvp_ctx_precision(ctx)),
             kvp_ctx_precision(ctx) == KVP_PREC_F32 ? "f32 kernels" : kvp_qdot_isa());
+    if (o.kv_policy) {
+        kvp_kv_mem mm;
+        kvp_kv_memory(kv, &mm);
+        char spec[128];
+        kvp_kv_policy_format(&o.policy, spec, sizeof spec);
+        fprintf(stderr, "kvprobe: kv policy %s: %d positions, %ld (layer, KV head, position) entries held, %zu bytes "
+                        "(%zu of them in pages shared with the scaffold cache)",
+                spec, kvp_kv_len(kv), mm.slots, mm.bytes, mm.shared_bytes);
+        size_t sb = 0;
+        if (scaffold && !kvp_scaffold_bytes(scaffold, &sb, &err))
+            fprintf(stderr, "; scaffold cache %zu bytes for %d donors", sb, kvp_scaffold_entries(scaffold));
+        fprintf(stderr, "\n");
+    }
     goto out;
 fail:
     rc = cli_error(&err);
 out:
     if (lf) fclose(lf);
     kvp_sampler_free(&smp);
+    kvp_scaffold_free(scaffold);
+    kvp_prompt_free(&chat_prompt);
     free(logits);
     free(prompt);
     kvp_kv_free(kv);

@@ -105,3 +105,22 @@ check "cli: generate --chat --exact answers and stops at the end of the turn" \
 
 run "$KVPROBE" tokenize -m "$SMOL" --chat --template nonsense "Hi"
 check "cli: unknown template name is rejected" sh -c "[ $rc -ne 0 ] && grep -q \"unknown template 'nonsense'\" $tmp/stderr"
+
+# --kv-policy: full through the policy path gives the plain path's tokens; each policy reports
+# the memory it holds; specs are checked
+Q="Write a Python function that returns the largest of three numbers."
+run "$KVPROBE" generate -m "$SMOL" --chat -p "$Q" -n 24 --ids -t 1
+cp "$tmp/stdout" "$tmp/plain"
+run "$KVPROBE" generate -m "$SMOL" --chat -p "$Q" -n 24 --ids -t 1 --kv-policy full
+check "cli: --kv-policy full decodes the same tokens as no policy" cmp -s "$tmp/plain" "$tmp/stdout"
+for pol in "scaffold:L=15,W=4" "drop-content:L=15,W=0" "streaming:budget=0.5" "h2o:tokens=20" "snapkv:budget=0.5,window=8"; do
+    run "$KVPROBE" generate -m "$SMOL" --chat -p "$Q" -n 16 -t 1 --kv-policy "$pol"
+    check "cli: --kv-policy $pol runs and reports the KV memory it holds" \
+        grep -q "kv policy ${pol%%:*}:.* bytes" "$tmp/stderr"
+done
+run "$KVPROBE" generate -m "$SMOL" --chat -p "$Q" -n 8 --kv-policy "scaffold:L=15,W=4"
+check "cli: scaffold reports pages shared with the scaffold cache" grep -q "scaffold cache [0-9]* bytes for 1 donors" "$tmp/stderr"
+run "$KVPROBE" generate -m "$SMOL" -p "$Q" -n 4 --kv-policy "scaffold:L=3,W=0"
+check "cli: scaffold without --chat is refused" sh -c "[ $rc -ne 0 ] && grep -q 'needs --chat' '$tmp/stderr'"
+run "$KVPROBE" generate -m "$SMOL" -p "$Q" -n 4 --kv-policy "h2o:budget=2"
+check "cli: a bad policy spec names the bad part" sh -c "[ $rc -ne 0 ] && grep -q 'budget must be a fraction' '$tmp/stderr'"
