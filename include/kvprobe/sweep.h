@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "kvprobe/error.h"
+#include "kvprobe/policy.h"
 #include "kvprobe/splice.h"
 
 #ifdef __cplusplus
@@ -25,6 +26,7 @@ extern "C" {
 
 #define KVP_SWEEP_MAX_LAYERS 128
 #define KVP_SWEEP_MAX_STEPS 64
+#define KVP_SWEEP_MAX_POLICIES 32
 
 /* How a label / multiple-choice answer is read. The generated text is always recorded; with a
  * read-out, its own score is kept beside as text_score. */
@@ -77,6 +79,12 @@ typedef struct kvp_sweep_opts {
     kvp_prompt_format format;   /* instruct (default) or cloze (label / choice datasets, loglik read-outs) */
     int margins;                /* 1: records hold "margins", the top-1 minus top-2 logit of every
                                    decode step (how near a tie each greedy choice was) */
+    /* --kv-policy: prefill policies (streaming, h2o, snapkv) as extra cells of every example,
+     * condition = the policy's canonical spec, L = 0, W = 0; their records hold the KV memory
+     * they keep. scaffold:L,W and drop-content:L,W are the blank and drop-content cells (L, W):
+     * the same K/V, bit for bit (tests/unit/test_policy.c) */
+    kvp_kv_policy policies[KVP_SWEEP_MAX_POLICIES];
+    int n_policies;
 } kvp_sweep_opts;
 
 /* The sweep's default precision: two 8-bit planes, whose records agree with f32 on edited

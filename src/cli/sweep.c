@@ -13,6 +13,9 @@ static void sweep_usage(FILE *f) {
             "  --dataset SPEC         gsm8k mbpp humaneval arc-easy arc-challenge sst2 boolq bbh/<task>,\n"
             "                         or a .jsonl file; NAME:N = first N examples\n"
             "  --conditions LIST      clean,blank,zero,mean,noise,other,drop,drop-content (default clean,blank,zero)\n"
+            "  --kv-policy SPEC       (repeatable) a prefill KV policy as a cell of every example, L = 0, W = 0:\n"
+            "                         streaming:budget=B, h2o:budget=B, snapkv:budget=B (include/kvprobe/policy.h);\n"
+            "                         records hold kv_bytes / kv_entries. scaffold:L,W = the blank cell (L, W)\n"
             "  --layers auto|L1,L2..  first edited layer cutoffs (auto: ~8 evenly spaced)\n"
             "  --steps W1,W2,...      decoding steps of the edit (default 0,1,2,4,8,16,32)\n"
             "  --span all-prompt|user-content|scaffold   prompt positions edited (default all-prompt)\n"
@@ -78,7 +81,7 @@ int cmd_sweep(int argc, char **argv) {
                     !strcmp(a, "--filler") || !strcmp(a, "--system") || !strcmp(a, "--template") || !strcmp(a, "--data-dir") ||
                     !strcmp(a, "--seed") || !strcmp(a, "--out") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
                     !strcmp(a, "--shots") || !strcmp(a, "--readout") || !strcmp(a, "--format") ||
-                    !strcmp(a, "--precision");
+                    !strcmp(a, "--precision") || !strcmp(a, "--kv-policy");
         if (takes && !v) {
             fprintf(stderr, "kvprobe sweep: %s needs a value\n", a);
             return 1;
@@ -150,6 +153,17 @@ int cmd_sweep(int argc, char **argv) {
                 }
                 o.conds[o.n_conds++] = c;
             }
+        } else if (!strcmp(a, "--kv-policy")) {
+            kvp_error e = {0};
+            if (o.n_policies >= KVP_SWEEP_MAX_POLICIES) {
+                fprintf(stderr, "kvprobe sweep: at most %d --kv-policy options\n", KVP_SWEEP_MAX_POLICIES);
+                return 1;
+            }
+            if (kvp_kv_policy_parse(v, &o.policies[o.n_policies], &e)) {
+                fprintf(stderr, "kvprobe sweep: --kv-policy: %s\n", e.msg);
+                return 1;
+            }
+            o.n_policies++;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             sweep_usage(stdout);
             return 0;

@@ -212,10 +212,13 @@ int sweep_decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cell
         for (int i = 0; i < n_cells && !rc; i++) { /* records of cells that just finished, in cell order */
             cell *c = &cells[i];
             if (!c->done || !c->kv) continue;
-            outcome o = {.cond = kvp_condition_name(c->cond), .L = c->L, .W = c->W, .applied = 1, .tok = c->tok,
+            kvp_kv_mem mem;
+            kvp_kv_memory(c->kv, &mem);
+            outcome o = {.cond = c->policy >= 0 ? r->policy_name[c->policy] : kvp_condition_name(c->cond), .L = c->L, .W = c->W, .applied = 1, .tok = c->tok,
                          .n_tok = c->n_tok, .stop = c->stop, .kl = c->kl_sum, .kl_n = c->kl_n, .n_prompt = n,
                          .readout = c->readout, .cand_lp = sweep_is_loglik(r->o->readout) ? c->cand_lp : NULL,
-                         .margin = r->o->margins ? c->margin : NULL, .seconds = sweep_now_s() - c->t0};
+                         .margin = r->o->margins ? c->margin : NULL, .seconds = sweep_now_s() - c->t0,
+                         .kv_bytes = mem.bytes, .kv_entries = mem.slots};
             agreement(s, c, &o.agreement, &o.first_div);
             rc = sweep_write_record(r, ex, &o);
             kvp_kv_free(c->kv);

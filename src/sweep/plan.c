@@ -78,14 +78,29 @@ int sweep_setup(run_ctx *r) {
     }
     int cells_per_w = 0;
     for (int c = 0; c < r->n_conds; c++) cells_per_w += r->conds[c] != KVP_COND_CLEAN ? r->n_layers : 0;
-    int batch = cells_per_w * r->n_steps; /* all cells of an example decode together */
+    for (int i = 0; i < o->n_policies; i++) {
+        const kvp_kv_policy *p = &o->policies[i];
+        if (!kvp_kv_policy_is_prefill(p))
+            return kvp_fail(err, KVP_E_INVALID,
+                            "--kv-policy %s: in a sweep, scaffold:L,W and drop-content:L,W are the cells of --conditions "
+                            "blank / drop-content at (L, W), the same K/V bit for bit; --kv-policy takes streaming, h2o "
+                            "and snapkv", kvp_policy_name(p->kind));
+        if (sweep_is_loglik(o->readout))
+            return kvp_fail(err, KVP_E_INVALID, "--kv-policy: not with the loglik read-outs (the policies act at prefill)");
+        kvp_kv_policy_format(p, r->policy_name[i], sizeof r->policy_name[i]);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(r->policy_name[i], r->policy_name[j]))
+                return kvp_fail(err, KVP_E_INVALID, "--kv-policy %s given twice", r->policy_name[i]);
+    }
+    r->n_policies = o->n_policies;
+    int batch = cells_per_w * r->n_steps + r->n_policies; /* all cells of an example decode together */
     r->prec = KVP_SWEEP_PRECISION;
     if (o->precision && kvp_precision_from_name(o->precision, &r->prec))
         return kvp_fail(err, KVP_E_INVALID, "unknown precision '%s' (q8, q8x2, f32)", o->precision);
     kvp_ctx_params cp = {o->threads, batch > 64 ? batch : 64, r->prec, 0};
     if (!(r->ctx = kvp_ctx_new(r->m, &cp, err))) return err->code;
     sha256_hex(g->map, g->size, r->model_sha);
-    r->cells_total = (long)r->ds.n * (1 + (long)r->n_steps * cells_per_w);
+    r->cells_total = (long)r->ds.n * (1 + (long)r->n_steps * cells_per_w + r->n_policies);
     return 0;
 }
 

@@ -81,6 +81,10 @@ int sweep_write_record(run_ctx *r, const kvp_example *ex, const outcome *o) {
     cJSON_AddNumberToObject(j, "W", o->W);
     cJSON_AddStringToObject(j, "span", kvp_span_name(r->o->span));
     cJSON_AddBoolToObject(j, "edit_applied", o->applied);
+    if (o->kv_bytes) { /* what the cell's cache referenced at its end (pages shared with others included) */
+        cJSON_AddNumberToObject(j, "kv_bytes", (double)o->kv_bytes);
+        cJSON_AddNumberToObject(j, "kv_entries", (double)o->kv_entries);
+    }
     cJSON_AddStringToObject(j, "text", text);
     cJSON *ids = cJSON_AddArrayToObject(j, "tokens");
     for (int i = 0; i < n_tok; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(tok[i]));

@@ -27,8 +27,11 @@ void kvp_wilson(int k, int n, double *lo, double *hi) {
 
 /* ---- aggregation ------------------------------------------------------------------------- */
 
+#define MAX_CONDS 48 /* conditions and --kv-policy specs per report */
+#define COND_NAME 96
+
 typedef struct agg {
-    char cond[24];
+    char cond[COND_NAME];
     int L, W;
     int n;
     double score, kl, agree;
@@ -63,7 +66,7 @@ typedef struct report {
     int n_ids, cap_ids;
     char dataset[128], model_sha[65], activations[16];
     int Ls[256], n_L, Ws[256], n_W;
-    char conds[16][24];
+    char conds[MAX_CONDS][COND_NAME];
     int n_conds;
     int clean_L;
 } report;
@@ -142,7 +145,7 @@ static int load(report *r, const char *path, kvp_error *err) {
             add_int(r->Ws, &r->n_W, W->valueint);
             int known = 0;
             for (int i = 0; i < r->n_conds; i++) known |= !strcmp(r->conds[i], c->valuestring);
-            if (!known && r->n_conds < 16) snprintf(r->conds[r->n_conds++], 24, "%s", c->valuestring);
+            if (!known && r->n_conds < MAX_CONDS) snprintf(r->conds[r->n_conds++], COND_NAME, "%s", c->valuestring);
         } else {
             r->clean_L = L->valueint;
         }
@@ -197,6 +200,7 @@ typedef struct sbuf {
 } sbuf;
 
 static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_csv(sbuf *b, const char *field); /* a CSV field, quoted when it holds , or " (policy specs) */
 static void sb_printf(sbuf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -210,6 +214,16 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
     vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
     va_end(ap);
     b->n += (size_t)k;
+}
+
+static void sb_csv(sbuf *b, const char *field) {
+    if (!strpbrk(field, ",\"\n")) {
+        sb_printf(b, "%s", field);
+        return;
+    }
+    sb_printf(b, "\"");
+    for (const char *p = field; *p; p++) sb_printf(b, *p == '"' ? "\"\"" : "%c", *p);
+    sb_printf(b, "\"");
 }
 
 static void sb_html(sbuf *b, const char *s) {
@@ -400,17 +414,17 @@ static void paired_tables(report *r, sbuf *html, sbuf *csv) {
 
 /* How answers fail, per condition (all its cells): error classes, loops, token-limit stops. */
 static void failure_tables(report *r, sbuf *html, sbuf *csv) {
-    int nrow = r->n_conds + 1, cnt[17][N_ERR + 2];
+    int nrow = r->n_conds + 1, cnt[MAX_CONDS + 1][N_ERR + 2];
     memset(cnt, 0, sizeof cnt);
     for (int i = 0; i < r->n_c; i++) {
         int row = r->c[i].cond + 1; /* clean = 0 */
-        if (row < 0 || row >= nrow || row > 16) continue;
+        if (row < 0 || row >= nrow || row > MAX_CONDS) continue;
         cnt[row][r->c[i].err]++;
         cnt[row][N_ERR] += r->c[i].looped;
         cnt[row][N_ERR + 1] += r->c[i].max_tokens;
     }
     int used[N_ERR] = {0};
-    for (int row = 0; row < nrow && row <= 16; row++)
+    for (int row = 0; row < nrow && row <= MAX_CONDS; row++)
         for (int e = 0; e < N_ERR; e++) used[e] |= cnt[row][e] > 0;
     sb_printf(csv, "condition,cells");
     for (int e = 0; e < N_ERR; e++) sb_printf(csv, ",%s", ERR_NAMES[e]);
@@ -422,12 +436,13 @@ static void failure_tables(report *r, sbuf *html, sbuf *csv) {
     for (int e = 0; e < N_ERR; e++)
         if (used[e]) sb_printf(html, "<th>%s</th>", ERR_NAMES[e]);
     sb_printf(html, "<th>looped</th><th>token limit</th></tr>\n");
-    for (int row = 0; row < nrow && row <= 16; row++) {
+    for (int row = 0; row < nrow && row <= MAX_CONDS; row++) {
         int tot = 0;
         for (int e = 0; e < N_ERR; e++) tot += cnt[row][e];
         if (!tot) continue;
         const char *name = row ? r->conds[row - 1] : "clean";
-        sb_printf(csv, "%s,%d", name, tot);
+        sb_csv(csv, name);
+        sb_printf(csv, ",%d", tot);
         for (int e = 0; e < N_ERR; e++) sb_printf(csv, ",%d", cnt[row][e]);
         sb_printf(csv, ",%d,%d\n", cnt[row][N_ERR], cnt[row][N_ERR + 1]);
         sb_printf(html, "<tr><td>%s</td><td>%d</td>", name, tot);
@@ -455,8 +470,8 @@ static void load_condition_order(report *r, const char *dir) {
     cJSON *j = cJSON_Parse(buf), *c;
     free(buf);
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(j, "conditions"))
-        if (cJSON_IsString(c) && strcmp(c->valuestring, "clean") && r->n_conds < 16)
-            snprintf(r->conds[r->n_conds++], 24, "%s", c->valuestring);
+        if (cJSON_IsString(c) && strcmp(c->valuestring, "clean") && r->n_conds < MAX_CONDS)
+            snprintf(r->conds[r->n_conds++], COND_NAME, "%s", c->valuestring);
     cJSON_Delete(j);
 }
 
@@ -477,7 +492,10 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
         double lo, hi;
         int k = (int)lround(a->score);
         kvp_wilson(k, a->n, &lo, &hi);
-        sb_printf(&csv, "%s,%s,%d,%d,%d,%.4f,%.4f,%.4f,", r.dataset, a->cond, a->L, a->W, a->n, a->score / a->n, lo, hi);
+        sb_csv(&csv, r.dataset);
+        sb_printf(&csv, ",");
+        sb_csv(&csv, a->cond);
+        sb_printf(&csv, ",%d,%d,%d,%.4f,%.4f,%.4f,", a->L, a->W, a->n, a->score / a->n, lo, hi);
         if (a->kl_n) sb_printf(&csv, "%.5f,", a->kl / a->kl_n);
         else sb_printf(&csv, ",");
         sb_printf(&csv, "%.4f\n", a->agree / a->n);
@@ -511,6 +529,7 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
     if (side) sb_printf(&html, "</div>\n");
     for (int ci = 0; ci < r.n_conds && !rc; ci++) {
         if (side && (ci == zb[0] || ci == zb[1])) continue;
+        if (strchr(r.conds[ci], ':')) continue; /* a --kv-policy: one cell (L = 0, W = 0), in the table */
         svg.n = 0;
         heatmap_svg(&r, r.conds[ci], &svg);
         snprintf(name, sizeof name, "heatmap_%s.svg", r.conds[ci]);

@@ -79,6 +79,10 @@ int sweep_check_config(run_ctx *r, const char *dir) {
     for (int i = 0; i < r->n_layers; i++) cJSON_AddItemToArray(l, cJSON_CreateNumber(r->layers[i]));
     cJSON *s = cJSON_AddArrayToObject(c, "steps");
     for (int i = 0; i < r->n_steps; i++) cJSON_AddItemToArray(s, cJSON_CreateNumber(r->steps[i]));
+    if (r->n_policies) { /* absent otherwise, so runs from before policies resume */
+        cJSON *p = cJSON_AddArrayToObject(c, "kv_policies");
+        for (int i = 0; i < r->n_policies; i++) cJSON_AddItemToArray(p, cJSON_CreateString(r->policy_name[i]));
+    }
     cJSON_AddNumberToObject(c, "max_new_tokens", r->max_new);
     cJSON_AddStringToObject(c, "span", kvp_span_name(o->span));
     cJSON_AddStringToObject(c, "filler", o->filler ? o->filler : KVP_DEFAULT_FILLER);

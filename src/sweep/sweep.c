@@ -54,6 +54,7 @@ static int has_work(const run_ctx *r, int ei) {
             for (int l = 0; l < r->n_layers; l++)
                 if (r->conds[c] != KVP_COND_CLEAN)
                     todo |= !sweep_is_done(r, id, kvp_condition_name(r->conds[c]), r->layers[l], r->steps[w]);
+    for (int i = 0; i < r->n_policies; i++) todo |= !sweep_is_done(r, id, r->policy_name[i], 0, 0);
     return todo;
 }
 
@@ -103,7 +104,7 @@ static int finish_example(run_ctx *r, int ei, example_state *ps) {
      * as one batch (one forward pass per step for all of them) — in waves when their caches
      * would not fit in KVP_SWEEP_FORK_BYTES. Edits past the end of the clean run are recorded
      * as not applied (the clean continuation). */
-    int max_cells = r->n_steps * r->n_conds * r->n_layers, n_cells = 0;
+    int max_cells = r->n_steps * r->n_conds * r->n_layers + r->n_policies, n_cells = 0;
     cell *cells = calloc((size_t)(max_cells ? max_cells : 1), sizeof *cells);
     if (!cells) {
         rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
@@ -117,6 +118,7 @@ static int finish_example(run_ctx *r, int ei, example_state *ps) {
             for (int l = 0; l < r->n_layers; l++)
                 group += r->conds[c] != KVP_COND_CLEAN && !sweep_is_done(r, ex->id, kvp_condition_name(r->conds[c]), r->layers[l], W) &&
                          W < s.clean_steps;
+        for (int i = 0; i < r->n_policies && w == 0; i++) group += !sweep_is_done(r, ex->id, r->policy_name[i], 0, 0);
         /* decode the wave so far if this W's cells would overflow it (or at the end) */
         if (n_cells && (w == r->n_steps || wave_bytes + (size_t)group * fork_bytes > KVP_SWEEP_FORK_BYTES)) {
             rc = sweep_decode_cells(r, &s, ex, cells, n_cells);
@@ -128,6 +130,13 @@ static int finish_example(run_ctx *r, int ei, example_state *ps) {
             sweep_progress(r, ei, 0);
         }
         if (w == r->n_steps) break;
+        for (int i = 0; i < r->n_policies && w == 0 && !rc; i++) { /* the policies' cells join the first wave */
+            if (sweep_is_done(r, ex->id, r->policy_name[i], 0, 0)) continue;
+            cell *ce = &cells[n_cells++];
+            rc = sweep_policy_cell(r, &s, ex, i, ce);
+            ce->t0 = tw;
+            wave_bytes += fork_bytes;
+        }
         for (int c = 0; c < r->n_conds && !rc; c++) {
             if (r->conds[c] == KVP_COND_CLEAN) continue;
             for (int l = 0; l < r->n_layers && !rc; l++) {
@@ -146,6 +155,7 @@ static int finish_example(run_ctx *r, int ei, example_state *ps) {
                 }
                 cell *ce = &cells[n_cells++];
                 ce->cond = r->conds[c];
+                ce->policy = -1;
                 ce->L = r->layers[l];
                 ce->W = W;
                 ce->t0 = tw;
@@ -232,6 +242,7 @@ int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err) {
                     o->model_path, r.ds.name, r.ds.n, r.n_conds, r.n_layers, r.n_steps, r.cells_finished, r.cells_total);
         int cells = 0, group = kvp_ctx_max_batch(r.ctx) < KVP_CLEAN_GROUP ? kvp_ctx_max_batch(r.ctx) : KVP_CLEAN_GROUP;
         for (int c = 0; c < r.n_conds; c++) cells += r.conds[c] != KVP_COND_CLEAN;
+        cells += r.n_policies;
         if (cells || o->unbatched || sweep_is_loglik(o->readout)) group = 1;
         for (int i = 0; i < r.ds.n && !rc; i += group) {
             rc = group > 1 ? run_clean_group(&r, i, i + group < r.ds.n ? i + group : r.ds.n) : run_example(&r, i);

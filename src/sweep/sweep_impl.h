@@ -38,6 +38,8 @@ typedef struct run_ctx {
     int n_conds;
     int layers[KVP_SWEEP_MAX_LAYERS], n_layers;
     int steps[KVP_SWEEP_MAX_STEPS], n_steps;
+    char policy_name[KVP_SWEEP_MAX_POLICIES][96]; /* canonical specs: the records' condition */
+    int n_policies;
     char model_sha[65];
     FILE *out;
     strmap done;          /* keys of finished records */
@@ -79,6 +81,7 @@ typedef struct gen_text {
 
 typedef struct cell {
     kvp_condition cond;
+    int policy;           /* -1, or the --kv-policy this cell runs (its cache is the compressed prefill) */
     int L, W;
     kvp_kv *kv;
     int32_t *tok;         /* generated tokens from step 0 (clean prefix before W) */
@@ -111,6 +114,8 @@ typedef struct outcome {
     const double *cand_lp;
     const float *margin;  /* [decode steps] or NULL */
     double seconds;
+    size_t kv_bytes;      /* > 0: the memory the cell's cache referenced when it finished */
+    long kv_entries;      /*   and its (layer, KV head, position) entries */
 } outcome;
 
 typedef struct example_state {
@@ -128,6 +133,9 @@ typedef struct example_state {
     double *cont_lp[KVP_MAX_CAND];       /*   and the clean log-probability of each of its tokens */
     double t0;                           /* when its prompt was built (the clean record's timing) */
 } example_state;
+
+/* policies.c */
+int sweep_policy_cell(run_ctx *r, const example_state *s, const kvp_example *ex, int i, cell *ce);
 
 /* plan.c */
 int sweep_setup(run_ctx *r);

@@ -250,3 +250,32 @@ assert html.index("heatmap") and html.index('<div class="cols"><div><svg') < htm
 PY
 then ok "report: paired BLANK vs ZERO (McNemar), failure classes, numeric path, ZERO | BLANK heatmaps"
 else notok "report: paired BLANK vs ZERO (McNemar), failure classes, numeric path, ZERO | BLANK heatmaps" "$tmp/rep.log"; fi
+
+# --kv-policy: prefill policies as cells (L = 0, W = 0) that hold their budget and say so
+PARGS="-m $SMOL --dataset sst2:2 --conditions clean --kv-policy streaming:budget=0.5 --kv-policy h2o:tokens=8 --max-new-tokens 6 -t 2 --quiet"
+if "$KVPROBE" sweep $PARGS --out "$tmp/pol" > "$tmp/pol.log" 2>&1 && "$KVPROBE" sweep $PARGS --out "$tmp/pol" >> "$tmp/pol.log" 2>&1 &&
+    python3 - "$tmp/pol" <<'PY'
+import csv, json, sys
+d = sys.argv[1]
+recs = [json.loads(l) for l in open(d + "/results.jsonl")]
+assert len(recs) == 6, len(recs)  # 2 examples x (clean + 2 policies), the rerun resumed with nothing to do
+lists = 30 * 3  # SmolLM2: 30 layers x 3 KV heads
+for r in recs:
+    if r["condition"] == "clean":
+        assert "kv_bytes" not in r
+        continue
+    assert r["L"] == 0 and r["W"] == 0 and r["kv_bytes"] > 0, r
+    n_span = r["prompt_tokens"] - 1
+    kept = 8 if r["condition"].startswith("h2o") else int(0.5 * n_span + 0.5)  # lround
+    assert r["kv_entries"] == (kept + r["decode_steps"]) * lists, (r["condition"], r["kv_entries"], kept, r["decode_steps"])
+assert {r["condition"] for r in recs} == {"clean", "streaming:budget=0.5,sinks=4", "h2o:tokens=8"}
+assert json.load(open(d + "/run.json"))["kv_policies"] == ["streaming:budget=0.5,sinks=4", "h2o:tokens=8"]
+rows = {r["condition"] for r in csv.DictReader(open(d + "/summary.csv"))}
+assert "streaming:budget=0.5,sinks=4" in rows, rows
+PY
+then ok "sweep: --kv-policy cells keep their budget (kv_entries), resume, and reach summary.csv"
+else notok "sweep: --kv-policy cells keep their budget (kv_entries), resume, and reach summary.csv" "$tmp/pol.log"; fi
+if ! "$KVPROBE" sweep -m "$SMOL" --dataset sst2:1 --kv-policy scaffold:L=3,W=0 --out "$tmp/pol2" > "$tmp/pol2.log" 2>&1 &&
+    grep -q "the cells of --conditions blank / drop-content" "$tmp/pol2.log"; then
+    ok "sweep: --kv-policy scaffold points to the blank cells it equals"
+else notok "sweep: --kv-policy scaffold points to the blank cells it equals" "$tmp/pol2.log"; fi
