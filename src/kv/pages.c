@@ -74,7 +74,7 @@ int kv_list_share(const struct kvp_kv *kv, kv_list *dst, const kv_list *src) {
     if (reserve_pages(dst, used_pages(src->n))) return -1;
     for (int i = 0; i < used_pages(src->n); i++) page_ref(src->pages[i]);
     for (int i = 0; i < used_pages(dst->n); i++) page_unref(dst->pages[i]);
-    memcpy(dst->pages, src->pages, (size_t)used_pages(src->n) * sizeof *dst->pages);
+    if (src->n) memcpy(dst->pages, src->pages, (size_t)used_pages(src->n) * sizeof *dst->pages);
     dst->n = src->n;
     dst->dense = src->dense;
     if (src->score) {
@@ -140,10 +140,10 @@ int kv_remove(const struct kvp_kv *kv, kv_list *li, int p0, int p1) {
     for (int t = first * KV_PAGE; t < m; t++) /* slot t of the new list */
         copy_slot(kv, fresh[t / KV_PAGE - first], t % KV_PAGE, li, t < a ? t : t + (b - a));
     for (int i = first; i < used_pages(n); i++) page_unref(li->pages[i]);
-    memcpy(li->pages + first, fresh, (size_t)(n_new > 0 ? n_new : 0) * sizeof *fresh);
+    if (n_new > 0) memcpy(li->pages + first, fresh, (size_t)n_new * sizeof *fresh);
     for (int i = first + (n_new > 0 ? n_new : 0); i < used_pages(n); i++) li->pages[i] = NULL;
     free(fresh);
-    if (li->score) memmove(li->score + a, li->score + b, (size_t)(n - b) * sizeof *li->score);
+    if (li->score && n > b) memmove(li->score + a, li->score + b, (size_t)(n - b) * sizeof *li->score);
     li->n = m;
     update_dense(li);
     return 0;
@@ -174,7 +174,7 @@ int kv_keep(const struct kvp_kv *kv, kv_list *li, const uint8_t *keep) {
         page_unref(li->pages[i]);
         li->pages[i] = NULL;
     }
-    memcpy(li->pages + p0, fresh, (size_t)(n_new > 0 ? n_new : 0) * sizeof *fresh);
+    if (n_new > 0) memcpy(li->pages + p0, fresh, (size_t)n_new * sizeof *fresh);
     free(fresh);
     li->n = m;
     update_dense(li);
