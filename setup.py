@@ -15,8 +15,9 @@ def version():
     return re.search(r'#define KVPROBE_VERSION "([^"]+)"', text).group(1)
 
 
-layers = ("gguf", "tensor", "model", "kv", "text", "eval", "sweep", "util")
-sources = sorted(f for d in layers for f in glob.glob(f"src/{d}/*.c")) + ["python/kvprobe/_shim.c"]
+# Every library layer, as the Makefile's LIB_SRC: all of src/ but the CLI (a layer added later
+# cannot be missed, which left kvp_policy_name undefined once).
+sources = sorted(f for f in glob.glob("src/*/*.c") if not f.startswith("src/cli/")) + ["python/kvprobe/_shim.c"]
 native = Extension(
     "kvprobe._native",
     sources=sources,
