@@ -59,6 +59,9 @@ typedef struct kvp_sweep_opts {
     int steps[KVP_SWEEP_MAX_STEPS];
     int n_steps;                /* 0: 0,1,2,4,8,16,32 */
     int max_new_tokens;         /* 0: the dataset's default */
+    int extend;                 /* 1: out_dir may hold this sweep with a smaller max_new_tokens; its
+                                   records cut by that limit (and every record of an example whose
+                                   clean run it cut) are redone, the rest kept (src/sweep/extend.c) */
     kvp_span span;
     const char *filler;         /* BLANK filler text (NULL: KVP_DEFAULT_FILLER) */
     const char *system;         /* optional system message */

@@ -40,6 +40,8 @@ static void sweep_usage(FILE *f) {
             "  --skip-bad-rows        skip malformed dataset rows (count reported)\n"
             "  --seed S               noise condition seed (default 1)\n"
             "  --out DIR              output directory (default sweep-out); rerunning resumes\n"
+            "  --extend               resume a run made with a smaller --max-new-tokens: what its limit\n"
+            "                         cut is redone, the rest kept (old records: DIR/results.maxN.jsonl)\n"
             "  -t, --threads N        threads\n"
             "  --unbatched            decode every cell alone (same records; for benchmarks)\n"
             "  --precision P          matmul activations: q8x2 (default: two 8-bit planes, agrees with\n"
@@ -98,6 +100,7 @@ int cmd_sweep(int argc, char **argv) {
         else if (!strcmp(a, "--thinking")) o.thinking = 1;
         else if (!strcmp(a, "--skip-bad-rows")) o.skip_bad_rows = 1;
         else if (!strcmp(a, "--unbatched")) o.unbatched = 1;
+        else if (!strcmp(a, "--extend")) o.extend = 1;
         else if (!strcmp(a, "--exact")) o.precision = "f32";
         else if (!strcmp(a, "--precision")) o.precision = v;
         else if (!strcmp(a, "--prompts-only")) prompts_only = 1;

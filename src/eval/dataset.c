@@ -607,7 +607,8 @@ int kvp_dataset_load(const char *spec, const char *data_dir, int skip_bad_rows, 
         rc = load_user(&b, buf);
     } else if (!strcmp(name, "gsm8k")) {
         OPEN("%s/gsm8k/test.jsonl", data_dir);
-        d->max_new_tokens = 320;
+        d->max_new_tokens = 512; /* the code and math limits cover the clean answers of the Qwen2.5-Coder
+                                    instruct models (docs/results.md); 320 / 384 cut 20-26% of them */
         rc = load_gsm8k(&b, buf);
     } else if (!strcmp(name, "sst2")) {
         OPEN("%s/sst2/dev.tsv", data_dir);
@@ -626,11 +627,11 @@ int kvp_dataset_load(const char *spec, const char *data_dir, int skip_bad_rows, 
         rc = load_arc(&b, buf, name);
     } else if (!strcmp(name, "mbpp")) {
         OPEN("%s/mbpp/sanitized-mbpp.json", data_dir);
-        d->max_new_tokens = 384;
+        d->max_new_tokens = 512;
         rc = load_mbpp(&b, buf);
     } else if (!strcmp(name, "humaneval")) {
         OPEN("%s/humaneval/HumanEval.jsonl.gz", data_dir);
-        d->max_new_tokens = 384;
+        d->max_new_tokens = 768; /* EvalPlus's default */
         rc = load_humaneval(&b, buf);
     } else if (!strncmp(name, "bbh/", 4) && name[4] && !strchr(name + 4, '/') && !strstr(name, "..")) {
         OPEN("%s/bbh/%s.json", data_dir, name + 4);

@@ -97,21 +97,33 @@ int sweep_check_config(run_ctx *r, const char *dir) {
     if (o->format == KVP_FORMAT_CLOZE) cJSON_AddStringToObject(c, "format", "cloze");
     if (r->tmpl.kind == KVP_TMPL_NONE && kvp_raw_bos(r->tok)) cJSON_AddBoolToObject(c, "bos", 1);
     char *text = cJSON_Print(c);
-    cJSON_Delete(c);
     char path[4096];
     snprintf(path, sizeof path, "%s/run.json", dir);
-    int rc = 0;
+    int rc = 0, old_max = 0;
     size_t n;
     char *old = kvp_read_file(path, &n);
-    FILE *f;
-    if (old) {
-        if (strcmp(old, text) != 0)
-            rc = kvp_fail(r->err, KVP_E_INVALID,
-                          "%s holds a sweep with different settings (see %s); use another --out directory", dir, path);
-        free(old);
-    } else if (!(f = fopen(path, "wb")) || fputs(text, f) < 0 || fclose(f) != 0) {
-        rc = kvp_fail(r->err, KVP_E_IO, "%s: cannot write", path);
+    if (old && strcmp(old, text) != 0) {
+        /* the same settings but a smaller token limit? (--extend continues such a run) */
+        cJSON *oj = cJSON_Parse(old), *m = cJSON_GetObjectItemCaseSensitive(c, "max_new_tokens");
+        const cJSON *om = cJSON_GetObjectItemCaseSensitive(oj, "max_new_tokens");
+        if (cJSON_IsNumber(om) && om->valueint > 0 && om->valueint < r->max_new) {
+            cJSON_SetNumberValue(m, om->valueint);
+            char *as_old = cJSON_Print(c);
+            if (as_old && !strcmp(as_old, old)) old_max = om->valueint;
+            free(as_old);
+        }
+        cJSON_Delete(oj);
+        if (!old_max || !o->extend)
+            rc = kvp_fail(r->err, KVP_E_INVALID, "%s holds a sweep with different settings (see %s); use another --out directory%s",
+                          dir, path, old_max ? " (only --max-new-tokens is larger: --extend continues the run, redoing "
+                                               "what the old limit cut)" : "");
     }
+    cJSON_Delete(c);
+    FILE *f;
+    if (!rc && old_max) rc = sweep_extend_records(r, dir, old_max);
+    if (!rc && (!old || old_max) && (!(f = fopen(path, "wb")) || fputs(text, f) < 0 || fclose(f) != 0))
+        rc = kvp_fail(r->err, KVP_E_IO, "%s: cannot write", path);
+    free(old);
     free(text);
     return rc;
 }

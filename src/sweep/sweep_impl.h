@@ -175,6 +175,8 @@ void sweep_cell_key(char *buf, size_t cap, const char *id, const char *cond, int
 int sweep_is_done(const run_ctx *r, const char *id, const char *cond, int L, int W);
 int sweep_mark_done(run_ctx *r, const char *key);
 int sweep_load_done(run_ctx *r, const char *path);
+/* --extend (extend.c): drop from DIR/results.jsonl what a limit of old_max tokens cut. */
+int sweep_extend_records(run_ctx *r, const char *dir, int old_max);
 int sweep_check_config(run_ctx *r, const char *dir);
 
 /* sweep.c */

@@ -79,6 +79,18 @@ if ! "$KVPROBE" sweep $ARGS --steps 1 --out "$tmp/a" > "$tmp/cfg.log" 2>&1 && gr
     ok "sweep: resuming with different settings is refused"
 else notok "sweep: resuming with different settings is refused" "$tmp/cfg.log"; fi
 
+# --extend: a run with a 2-token limit (one clean run and 24 cells cut by it, 14 records not)
+# continued to 12 tokens holds the records of a run made with 12 from the start
+"$KVPROBE" sweep $ARGS --max-new-tokens 2 --out "$tmp/e" >/dev/null 2>&1
+cp "$tmp/e/results.jsonl" "$tmp/e2.jsonl"
+"$KVPROBE" sweep $ARGS --out "$tmp/e" > "$tmp/ext0.log" 2>&1
+"$KVPROBE" sweep $ARGS --extend --out "$tmp/e" > "$tmp/ext.log" 2>&1
+if grep -q -- "--extend continues the run" "$tmp/ext0.log" && grep -q "14 of 39 records kept, 25 redone" "$tmp/ext.log" &&
+    [ "$(strip "$tmp/a/results.jsonl" | sort)" = "$(strip "$tmp/e/results.jsonl" | sort)" ] &&
+    cmp -s "$tmp/e2.jsonl" "$tmp/e/results.max2.jsonl" && grep -q '"max_new_tokens":	12' "$tmp/e/run.json"; then
+    ok "sweep --extend: a larger --max-new-tokens redoes only what the old limit cut and equals a fresh run"
+else notok "sweep --extend: a larger --max-new-tokens redoes only what the old limit cut" "$tmp/ext.log"; fi
+
 rm "$tmp/a/report.html"
 if "$KVPROBE" report "$tmp/a" > /dev/null && [ -s "$tmp/a/report.html" ]; then ok "report: rebuilds the report from results.jsonl"
 else notok "report: rebuilds the report from results.jsonl"; fi
