@@ -124,7 +124,7 @@ int sweep_clean_decode(run_ctx *r, const kvp_example *ex, example_state *s, int 
 }
 
 outcome sweep_clean_outcome(const run_ctx *r, const example_state *s, const char *cond, int L, int W) {
-    return (outcome){.cond = cond, .L = L, .W = W, .tok = s->clean_tok, .n_tok = s->n_clean, .stop = s->clean_stop,
+    return (outcome){.cond = cond, .L = L, .W = W, .tok = s->clean_tok, .n_tok = s->n_clean, .stop = s->clean_stop, .prompt_own = 1.0,
                      .agreement = 1.0, .first_div = -1, .n_prompt = s->prompt.n, .readout = s->clean_readout,
                      .cand_lp = sweep_is_loglik(r->o->readout) ? s->clean_lp : NULL,
                      .margin = r->o->margins ? s->clean_margin : NULL};
@@ -218,7 +218,7 @@ int sweep_decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cell
                          .n_tok = c->n_tok, .stop = c->stop, .kl = c->kl_sum, .kl_n = c->kl_n, .n_prompt = n,
                          .readout = c->readout, .cand_lp = sweep_is_loglik(r->o->readout) ? c->cand_lp : NULL,
                          .margin = r->o->margins ? c->margin : NULL, .seconds = sweep_now_s() - c->t0,
-                         .kv_bytes = mem.bytes, .kv_entries = mem.slots};
+                         .kv_bytes = mem.bytes, .kv_entries = mem.slots, .prompt_own = c->prompt_own};
             agreement(s, c, &o.agreement, &o.first_div);
             rc = sweep_write_record(r, ex, &o);
             kvp_kv_free(c->kv);

@@ -85,6 +85,9 @@ int sweep_write_record(run_ctx *r, const kvp_example *ex, const outcome *o) {
         cJSON_AddNumberToObject(j, "kv_bytes", (double)o->kv_bytes);
         cJSON_AddNumberToObject(j, "kv_entries", (double)o->kv_entries);
     }
+    /* the share of the prompt's K/V this sequence holds of its own after the edit (the x of the
+     * KV-policy race; a donor's entries are shared, sweep_prompt_kv_own) */
+    cJSON_AddNumberToObject(j, "prompt_kv_own", round(o->prompt_own * 1e6) / 1e6);
     cJSON_AddStringToObject(j, "text", text);
     cJSON *ids = cJSON_AddArrayToObject(j, "tokens");
     for (int i = 0; i < n_tok; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(tok[i]));

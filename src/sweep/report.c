@@ -36,6 +36,8 @@ typedef struct agg {
     int n;
     double score, kl, agree;
     int kl_n;
+    double own;  /* summed prompt_kv_own */
+    int own_n;
 } agg;
 
 typedef struct sample {
@@ -140,6 +142,8 @@ static int load(report *r, const char *path, kvp_error *err) {
         a->score += sc->valuedouble;
         if (cJSON_IsNumber(kl)) a->kl += kl->valuedouble, a->kl_n++;
         if (cJSON_IsNumber(ag)) a->agree += ag->valuedouble;
+        const cJSON *own = cJSON_GetObjectItemCaseSensitive(j, "prompt_kv_own");
+        if (cJSON_IsNumber(own)) a->own += own->valuedouble, a->own_n++;
         if (strcmp(c->valuestring, "clean")) {
             add_int(r->Ls, &r->n_L, L->valueint);
             add_int(r->Ws, &r->n_W, W->valueint);
@@ -486,7 +490,7 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
     sbuf csv = {0}, html = {0}, svg = {0}, pcsv = {0}, fcsv = {0};
     if (rc) goto out;
     /* summary.csv */
-    sb_printf(&csv, "dataset,condition,L,W,n,accuracy,ci95_low,ci95_high,mean_kl,mean_agreement\n");
+    sb_printf(&csv, "dataset,condition,L,W,n,accuracy,ci95_low,ci95_high,mean_kl,mean_agreement,prompt_kv_own\n");
     for (int i = 0; i < r.n_a; i++) {
         agg *a = &r.a[i];
         double lo, hi;
@@ -498,7 +502,9 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
         sb_printf(&csv, ",%d,%d,%d,%.4f,%.4f,%.4f,", a->L, a->W, a->n, a->score / a->n, lo, hi);
         if (a->kl_n) sb_printf(&csv, "%.5f,", a->kl / a->kl_n);
         else sb_printf(&csv, ",");
-        sb_printf(&csv, "%.4f\n", a->agree / a->n);
+        sb_printf(&csv, "%.4f,", a->agree / a->n);
+        if (a->own_n) sb_printf(&csv, "%.4f\n", a->own / a->own_n); /* empty for records from before the field */
+        else sb_printf(&csv, "\n");
     }
     if ((rc = write_file(dir, "summary.csv", csv.p, err))) goto out;
     /* figures */

@@ -173,6 +173,7 @@ static int finish_example(run_ctx *r, int ei, example_state *ps) {
                 memcpy(ce->margin, s.clean_margin, (size_t)W * sizeof *ce->margin);
                 ce->n_tok = W;
                 rc = kvp_splice_apply(ce->kv, &sp, r->err);
+                ce->prompt_own = sweep_prompt_kv_own(ce->kv, &sp, n);
                 ce->readout = W == 0 ? -1 : s.clean_readout; /* first-token: set at step 0 if W = 0 */
                 if (!rc && loglik) rc = sweep_loglik_cell(r, &s, &sp, W, ce->cand_lp, &ce->readout);
             }

@@ -94,6 +94,7 @@ typedef struct cell {
     int kl_n;
     float *logits;
     double t0;
+    double prompt_own;    /* share of the prompt's K/V the cell holds of its own (sweep_prompt_kv_own) */
     int readout;          /* --readout: the candidate chosen (-1: none) */
     double cand_lp[KVP_MAX_CAND]; /* --readout loglik: each candidate's log-probability */
 } cell;
@@ -116,6 +117,7 @@ typedef struct outcome {
     double seconds;
     size_t kv_bytes;      /* > 0: the memory the cell's cache referenced when it finished */
     long kv_entries;      /*   and its (layer, KV head, position) entries */
+    double prompt_own;    /* sweep_prompt_kv_own after the edit (1: unedited) */
 } outcome;
 
 typedef struct example_state {
@@ -135,6 +137,11 @@ typedef struct example_state {
 } example_state;
 
 /* policies.c */
+/* Share of the prompt span's (layer, KV head, position) entries that kv holds as its own right
+ * after an edit (sp) or a prefill policy (sp NULL): evicted entries do not count, nor entries
+ * spliced in from the BLANK / OTHER donor, which the scaffold policy shares between requests
+ * (scaffold:L,W is the blank cell (L, W) bit for bit). The x axis of the KV-policy race. */
+double sweep_prompt_kv_own(const kvp_kv *kv, const kvp_splice *sp, int n_prompt);
 int sweep_policy_cell(run_ctx *r, const example_state *s, const kvp_example *ex, int i, cell *ce);
 
 /* plan.c */

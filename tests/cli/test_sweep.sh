@@ -36,6 +36,13 @@ for r in recs:
         c = clean[r["example_id"]]
         # tokens before the edit step are the clean ones
         assert r["tokens"][:r["W"]] == c["tokens"][:r["W"]], "prefix before W differs from clean"
+        # the prompt K/V a cell holds of its own: BLANK's layers >= L are the shared donor's,
+        # drop-content evicts the user content there, ZERO keeps every (zeroed) entry
+        own = {"blank": r["L"] / 30, "zero": 1}.get(r["condition"])
+        if own is not None:
+            assert abs(r["prompt_kv_own"] - own) < 1e-6, (r["condition"], r["L"], r["prompt_kv_own"])
+        else:
+            assert r["L"] / 30 < r["prompt_kv_own"] < 1, r
 rows = list(csv.DictReader(open(d + "/summary.csv")))
 assert len(rows) == 13 and all(0 <= float(x["ci95_low"]) <= float(x["accuracy"]) <= float(x["ci95_high"]) <= 1 for x in rows)
 html = open(d + "/report.html").read()
@@ -280,7 +287,9 @@ for r in recs:
     n_span = r["prompt_tokens"] - 1
     kept = 8 if r["condition"].startswith("h2o") else int(0.5 * n_span + 0.5)  # lround
     assert r["kv_entries"] == (kept + r["decode_steps"]) * lists, (r["condition"], r["kv_entries"], kept, r["decode_steps"])
+    assert abs(r["prompt_kv_own"] - kept / n_span) < 1e-6, (r["condition"], r["prompt_kv_own"], kept / n_span)
 assert {r["condition"] for r in recs} == {"clean", "streaming:budget=0.5,sinks=4", "h2o:tokens=8"}
+assert all(r["prompt_kv_own"] == 1 for r in recs if r["condition"] == "clean")
 assert json.load(open(d + "/run.json"))["kv_policies"] == ["streaming:budget=0.5,sinks=4", "h2o:tokens=8"]
 rows = {r["condition"] for r in csv.DictReader(open(d + "/summary.csv"))}
 assert "streaming:budget=0.5,sinks=4" in rows, rows

@@ -1,0 +1,93 @@
+#!/bin/sh
+# The real runs of docs/results.md (issue 11: the study on Qwen2.5-Coder; issue 13: its KV
+# policies against StreamingLLM / H2O / SnapKV; issue 15: the q8x2 rerun of smollm2-mbpp), in
+# the order they are run. Every run resumes from its results.jsonl, so this script can be
+# stopped at any time and started again, in this session or a later one; a finished run costs
+# nothing on the next start.
+#
+#   sh tools/study_runs.sh [NAME...]    all runs in order, or only those named
+#   sh tools/study_runs.sh --list       the names and commands
+#   sh tools/study_runs.sh --snapshot [NAME...]   gzip the runs' records into docs/results/ (to commit)
+#
+# Runs write to runs/NAME (ignored by git); --snapshot copies what they hold so far (records
+# gzipped, run.json, summary.csv, report, figures) to docs/results/NAME. The clean baselines
+# live in docs/results/baselines/ and are continued there with --extend (their first pass had
+# lower token limits). Needs: make, models (make models MODELS=all), 2 cores, hours.
+set -eu
+cd "$(dirname "$0")/.."
+KVPROBE=${KVPROBE:-build/kvprobe}
+T=${THREADS:-2}
+Q05=models/qwen2.5-coder-0.5b-instruct.gguf
+Q15=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+B=docs/results/baselines
+# The study's grid (issue 11): conditions x 6 layer cutoffs (0, n/4, n/2, 5n/8, 3n/4, 7n/8) x W
+GRID="--conditions clean,blank,zero,drop-content,mean --steps 0,1,4,16,64"
+L15="--layers 0,7,14,18,21,24"   # 28 layers
+L05="--layers 0,6,12,15,18,21"   # 24 layers
+# The peers of the scaffold policy (issue 13) at 75 / 50 / 25 / 12.5% of the prompt KV, as
+# cells of the same examples (the scaffold and drop-content points are the blank and
+# drop-content cells: scaffold:L,W holds L / n_layer of the prompt's K/V of its own)
+PEERS=""
+for b in 0.75 0.5 0.25 0.125; do PEERS="$PEERS --kv-policy streaming:budget=$b --kv-policy h2o:budget=$b --kv-policy snapkv:budget=$b"; done
+
+runs="base05-humaneval base05-mbpp base05-gsm8k base15-humaneval base15-mbpp base15-gsm8k smollm2-mbpp qwen15-humaneval qwen05-gsm8k qwen15-mbpp"
+
+cmd() {
+    case $1 in
+    base05-humaneval) echo "-m $Q05 --dataset humaneval --conditions clean --extend --out $B/qwen05-humaneval" ;;
+    base05-mbpp) echo "-m $Q05 --dataset mbpp --conditions clean --extend --out $B/qwen05-mbpp" ;;
+    base05-gsm8k) echo "-m $Q05 --dataset gsm8k:250 --conditions clean --extend --out $B/qwen05-gsm8k" ;;
+    base15-humaneval) echo "-m $Q15 --dataset humaneval --conditions clean --extend --out $B/qwen15-humaneval" ;;
+    base15-mbpp) echo "-m $Q15 --dataset mbpp --conditions clean --extend --out $B/qwen15-mbpp" ;;
+    base15-gsm8k) echo "-m $Q15 --dataset gsm8k:250 --conditions clean --out $B/qwen15-gsm8k" ;;
+    # issue 15: the last Results table still on q8, rerun on the default path (same settings)
+    smollm2-mbpp) echo "-m $SMOL --dataset mbpp:100 --conditions clean,blank,zero,drop-content --layers 0,8,15,22,29 --steps 0,4,16,64 --max-new-tokens 384 --out runs/smollm2-mbpp" ;;
+    qwen15-humaneval) echo "-m $Q15 --dataset humaneval $GRID $L15 $PEERS --out runs/qwen15-humaneval" ;;
+    qwen05-gsm8k) echo "-m $Q05 --dataset gsm8k:100 $GRID $L05 $PEERS --out runs/qwen05-gsm8k" ;;
+    qwen15-mbpp) echo "-m $Q15 --dataset mbpp:100 $GRID $L15 $PEERS --out runs/qwen15-mbpp" ;;
+    *) echo "unknown run '$1' (sh $0 --list)" >&2; return 1 ;;
+    esac
+}
+
+# The baselines' records are committed gzipped: the resume reads them unpacked.
+unpack() {
+    d=$(cmd "$1" | sed 's/.*--out //')
+    if [ -f "$d/results.jsonl.gz" ] && [ ! -f "$d/results.jsonl" ]; then gunzip -k "$d/results.jsonl.gz"; fi
+}
+
+snapshot() {
+    for r in "$@"; do
+        d=$(cmd "$r" | sed 's/.*--out //')
+        [ -f "$d/results.jsonl" ] || continue
+        case $d in runs/*) dst=docs/results/${d#runs/} ;; *) dst=$d ;; esac
+        mkdir -p "$dst"
+        gzip -9 -n -c "$d/results.jsonl" > "$dst/results.jsonl.gz"
+        [ "$d" = "$dst" ] && continue
+        for f in run.json summary.csv paired.csv failures.csv report.html "$d"/*.svg; do
+            f=${f#"$d"/}
+            [ -f "$d/$f" ] && cp "$d/$f" "$dst/$f"
+        done
+        echo "$dst: $(wc -l < "$d/results.jsonl") records"
+    done
+}
+
+case ${1:-} in
+--list) for r in $runs; do echo "$r: kvprobe sweep $(cmd "$r") -t $T"; done; exit 0 ;;
+--snapshot) shift; if [ $# -gt 0 ]; then snapshot "$@"; else snapshot $runs; fi; exit 0 ;;
+esac
+[ $# -gt 0 ] && runs="$*"
+make -s all
+mkdir -p runs
+# a frozen copy: rebuilding build/ while a run goes on must not change the binary it runs
+cp "$KVPROBE" runs/kvprobe
+KVPROBE=runs/kvprobe
+echo "== kvprobe $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src include || echo '+uncommitted')"
+for r in $runs; do
+    c=$(cmd "$r")
+    unpack "$r"
+    echo "== $r: kvprobe sweep $c -t $T ($(date -u +%FT%TZ))"
+    # shellcheck disable=SC2086
+    "$KVPROBE" sweep $c -t "$T"
+    echo "== $r: done ($(date -u +%FT%TZ))"
+done
