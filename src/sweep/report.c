@@ -11,6 +11,7 @@
 #include "../util/strmap.h"
 #include "kvprobe/kvprobe.h"
 #include "kvprobe/sweep.h"
+#include "report_impl.h"
 
 void kvp_wilson(int k, int n, double *lo, double *hi) {
     if (n <= 0) {
@@ -27,18 +28,6 @@ void kvp_wilson(int k, int n, double *lo, double *hi) {
 
 /* ---- aggregation ------------------------------------------------------------------------- */
 
-#define MAX_CONDS 48 /* conditions and --kv-policy specs per report */
-#define COND_NAME 96
-
-typedef struct agg {
-    char cond[COND_NAME];
-    int L, W;
-    int n;
-    double score, kl, agree;
-    int kl_n;
-    double own;  /* summed prompt_kv_own */
-    int own_n;
-} agg;
 
 typedef struct sample {
     char *id, *cond, *text;
@@ -197,56 +186,6 @@ static int load(report *r, const char *path, kvp_error *err) {
 }
 
 /* ---- output helpers ---------------------------------------------------------------------- */
-
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_csv(sbuf *b, const char *field); /* a CSV field, quoted when it holds , or " (policy specs) */
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (b->n + (size_t)k + 1 > b->cap) {
-        b->cap = (b->n + (size_t)k + 1) * 2;
-        b->p = realloc(b->p, b->cap);
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)k;
-}
-
-static void sb_csv(sbuf *b, const char *field) {
-    if (!strpbrk(field, ",\"\n")) {
-        sb_printf(b, "%s", field);
-        return;
-    }
-    sb_printf(b, "\"");
-    for (const char *p = field; *p; p++) sb_printf(b, *p == '"' ? "\"\"" : "%c", *p);
-    sb_printf(b, "\"");
-}
-
-static void sb_html(sbuf *b, const char *s) {
-    for (; *s; s++) {
-        if (*s == '<') sb_printf(b, "&lt;");
-        else if (*s == '>') sb_printf(b, "&gt;");
-        else if (*s == '&') sb_printf(b, "&amp;");
-        else if (*s == '"') sb_printf(b, "&quot;");
-        else sb_printf(b, "%c", *s);
-    }
-}
-
-static int write_file(const char *dir, const char *name, const char *text, kvp_error *err) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0) return kvp_fail(err, KVP_E_IO, "%s: cannot write", path);
-    return 0;
-}
 
 /* Accuracy 0..1 -> a perceptually ordered colour (dark blue -> teal -> yellow). */
 static void color(double v, char *out) {
@@ -459,7 +398,7 @@ static void failure_tables(report *r, sbuf *html, sbuf *csv) {
 
 /* A figure goes both to its own .svg file and inline into the HTML report. */
 static int emit_figure(const char *dir, const char *name, const sbuf *svg, sbuf *html, kvp_error *err) {
-    int rc = write_file(dir, name, svg->p, err);
+    int rc = sb_write_file(dir, name, svg->p, err);
     if (!rc) sb_printf(html, "%s", svg->p);
     return rc;
 }
@@ -506,7 +445,7 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
         if (a->own_n) sb_printf(&csv, "%.4f\n", a->own / a->own_n); /* empty for records from before the field */
         else sb_printf(&csv, "\n");
     }
-    if ((rc = write_file(dir, "summary.csv", csv.p, err))) goto out;
+    if ((rc = sb_write_file(dir, "summary.csv", csv.p, err))) goto out;
     /* figures */
     int nc;
     double ca = clean_acc(&r, &nc), clo, chi;
@@ -548,6 +487,17 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
         snprintf(name, sizeof name, "accuracy_vs_L_W%d.svg", r.Ws[wi]);
         rc = emit_figure(dir, name, &svg, &html, err);
     }
+    svg.n = 0;
+    sbuf race = {0};
+    if (!rc && sweep_race(r.a, r.n_a, r.dataset, &svg, &race) > 0) {
+        sb_printf(&html, "<h2>KV policies: accuracy vs compression</h2>\n<p>Compression = the share of the prompt's K/V "
+                         "entries a sequence does not hold of its own (<code>prompt_kv_own</code>): evicted, or read from the "
+                         "shared scaffold cache (the scaffold policy is the blank cell: scaffold:L,W holds L / n_layer of its "
+                         "prompt K/V; solid lines compress from the first step, dashed once W tokens are generated).</p>\n");
+        rc = emit_figure(dir, "kv_policies.svg", &svg, &html, err);
+        sb_printf(&html, "%s", race.p);
+    }
+    free(race.p);
     if (rc) goto out;
     sb_printf(&html, "<h2>Per-cell metrics</h2>\n<p>KL = mean KL(clean ‖ edited) of the next-token distributions over the "
                      "first steps after the edit; agreement = share of generated tokens from step W on equal to the clean "
@@ -566,7 +516,7 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
     sb_printf(&html, "</table>\n");
     paired_tables(&r, &html, &pcsv);
     failure_tables(&r, &html, &fcsv);
-    if ((pcsv.p && (rc = write_file(dir, "paired.csv", pcsv.p, err))) || (rc = write_file(dir, "failures.csv", fcsv.p, err)))
+    if ((pcsv.p && (rc = sb_write_file(dir, "paired.csv", pcsv.p, err))) || (rc = sb_write_file(dir, "failures.csv", fcsv.p, err)))
         goto out;
     sb_printf(&html, "<h2>Example completions</h2>\n");
     /* For the first examples: clean next to blank and zero at the deepest-edit cell shown. */
@@ -590,7 +540,7 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
         sb_printf(&html, "</div>\n");
     }
     sb_printf(&html, "<p>Generated by kvprobe %s from <code>results.jsonl</code>.</p></body></html>\n", KVPROBE_VERSION);
-    rc = write_file(dir, "report.html", html.p, err);
+    rc = sb_write_file(dir, "report.html", html.p, err);
 out:
     free(csv.p);
     free(html.p);

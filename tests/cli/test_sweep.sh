@@ -291,8 +291,13 @@ for r in recs:
 assert {r["condition"] for r in recs} == {"clean", "streaming:budget=0.5,sinks=4", "h2o:tokens=8"}
 assert all(r["prompt_kv_own"] == 1 for r in recs if r["condition"] == "clean")
 assert json.load(open(d + "/run.json"))["kv_policies"] == ["streaming:budget=0.5,sinks=4", "h2o:tokens=8"]
-rows = {r["condition"] for r in csv.DictReader(open(d + "/summary.csv"))}
+rows = {r["condition"]: r for r in csv.DictReader(open(d + "/summary.csv"))}
 assert "streaming:budget=0.5,sinks=4" in rows, rows
+assert abs(float(rows["streaming:budget=0.5,sinks=4"]["prompt_kv_own"]) - 0.5) < 0.02, rows
+# the race figure: each policy's accuracy against the share of the prompt K/V it gives up
+svg = open(d + "/kv_policies.svg").read()
+assert "<polyline" in svg and ">streaming<" in svg and ">h2o<" in svg, svg[:400]
+assert "KV policies: accuracy vs compression" in open(d + "/report.html").read()
 PY
 then ok "sweep: --kv-policy cells keep their budget (kv_entries), resume, and reach summary.csv"
 else notok "sweep: --kv-policy cells keep their budget (kv_entries), resume, and reach summary.csv" "$tmp/pol.log"; fi
