@@ -69,6 +69,10 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h tests/unit/golden.h $(BUIL
 $(BUILD)/qdot-bench: bench/qdot_bench.c $(BUILD)/libkvprobe.a
 	$(CC) $(CFLAGS) $(KVP_CFLAGS) -o $@ $< $(BUILD)/libkvprobe.a $(LDLIBS)
 
+# KV policies under a memory cap (bench/kv_throughput.c): sequences that fit, decode tokens/s.
+$(BUILD)/kv-throughput: bench/kv_throughput.c $(BUILD)/libkvprobe.a
+	$(CC) $(CFLAGS) $(KVP_CFLAGS) -o $@ $< $(BUILD)/libkvprobe.a $(LDLIBS)
+
 # test = set up (build deps, real models) then build and run every test, the Python package's
 # included (python/run_tests.sh: pip install . into build/pyenv, then pytest).
 test:
