@@ -6,8 +6,9 @@
 #   make demo       fetch models, build, run the main job on the default model
 #   make sanitize   build + test under ASan/UBSan (build-asan/)
 #   make fuzz       build and run the libFuzzer targets (clang): GGUF reader, tokenizer, tokenizer.json
-#   make check-isa  the unit tests built for the other kernel paths: portable C (x86-64) and
-#                   AVX2+FMA without AVX-512/VNNI (haswell)
+#   make check-isa  the unit tests built for the other instruction sets (portable x86-64, AVX2+FMA
+#                   without AVX-512); the integer kernels of every variant are in every build,
+#                   chosen at run time (src/tensor/qdot.c), and test_qdot / test_real check each
 
 CC      ?= cc
 BUILD   ?= build
@@ -39,7 +40,7 @@ $(BUILD)/obj/%.o: %.c
 # therefore compiles the kernels into the library with KERNEL_SANITIZE (UBSan only), and
 # test_qdot links its own fully instrumented copy of them (obj-full/), so the kernels still
 # run under ASan on every shape test_qdot checks against the scalar reference.
-KERNEL_SRC := src/tensor/qdot.c src/tensor/vmath.c
+KERNEL_SRC := $(sort $(wildcard src/tensor/qdot*.c)) src/tensor/vmath.c
 KERNEL_SANITIZE ?= $(SANITIZE)
 KERNEL_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(KERNEL_SRC))
 KERNEL_FULL_OBJ := $(patsubst %.c,$(BUILD)/obj-full/%.o,$(KERNEL_SRC))
@@ -107,7 +108,9 @@ demo:
 	  --conditions clean,blank,zero --layers 0,12,18,23 --steps 0,16,64 --max-new-tokens 384 --out $(DEMO_OUT)
 	@echo "report: $(DEMO_OUT)/report.html"
 
-# The kernels are chosen at build time (-march): CI also builds and tests the fallbacks.
+# The integer kernels are chosen at run time (every variant is in every build, test_qdot and
+# test_real check them all); the rest of the engine's vector code (attention, exp, dequant) is
+# chosen at build time (-march): CI also builds and tests those fallbacks.
 check-isa:
 	$(MAKE) --no-print-directory BUILD=build-portable ARCHFLAGS=-march=x86-64 build-portable/libkvprobe.a \
 	  $(patsubst $(BUILD)/%,build-portable/%,$(TEST_BINS))

@@ -221,7 +221,7 @@ int main(int argc, char **argv) {
     prompts pr = {0};
     kvp_model *m = kvp_model_load(model, &err);
     kvp_tokenizer *tok = m ? kvp_tokenizer_load(kvp_model_gguf(m), &err) : NULL;
-    kvp_ctx_params cp = {threads, batch, KVP_PREC_Q8X2, 0};
+    kvp_ctx_params cp = {threads, batch, KVP_PREC_Q8X2, 0, NULL};
     kvp_ctx *ctx = tok ? kvp_ctx_new(m, &cp, &err) : NULL;
     int rc = !ctx || load_prompts(pfile, &pr);
     if (!rc) {

@@ -80,6 +80,9 @@ typedef struct kvp_ctx_params {
     int emulate;    /* q8 / q8x2: f32 kernels on the rounded activations, i.e. the path's
                        arithmetic without its integer kernels (tests use it to tell kernel
                        errors from rounding) */
+    const char *kernels; /* the integer kernels' variant (tensor.h: avx512-vnni, avx512-vnni-256,
+                            avx-vnni, avx2, portable); NULL: $KVPROBE_KERNELS, else the CPU's
+                            best. Every variant gives the same bits. */
 } kvp_ctx_params;
 
 typedef struct kvp_ctx kvp_ctx;
@@ -89,6 +92,7 @@ void kvp_ctx_free(kvp_ctx *ctx);
 int kvp_ctx_threads(const kvp_ctx *ctx);
 int kvp_ctx_max_batch(const kvp_ctx *ctx);
 kvp_precision kvp_ctx_precision(const kvp_ctx *ctx);
+const char *kvp_ctx_kernels(const kvp_ctx *ctx); /* the kernels' variant in use */
 
 struct kvp_kv;
 

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvprobe/error.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -104,8 +106,36 @@ void kvp_quantize_act_row2(const float *x, int64_t n, int8_t *q, float *d, int8_
 void kvp_qdot_rows(enum kvp_type type, const void *weights, size_t row_bytes, int64_t r0, int64_t r1,
                    const kvp_qact *a, float *const *out);
 int kvp_qdot_row_multiple(void);
-/* The instruction set the kernels were built for: "avx512-vnni", "avx-vnni", "avx2", "portable". */
+/* The instruction set of the kernels above: those kvp_qkernels_select(NULL) gives. */
 const char *kvp_qdot_isa(void);
+
+/* ---- kernel variants, chosen at run time ------------------------------------------------
+ * One build holds the integer kernels for several instruction sets; a context picks one
+ * (kvp_ctx_params.kernels), the functions above use the default:
+ *   avx512-vnni       VNNI, 512-bit packed tiles for batches of 4+ (AVX-512 F/BW/VL + VNNI)
+ *   avx512-vnni-256   the same instructions at 256 bits only (no 512-bit tiles)
+ *   avx-vnni          VEX-coded VNNI, 256 bits (AVX-VNNI: Alder Lake and later)
+ *   avx2              maddubs (AVX2 + FMA + F16C)
+ *   portable          plain C
+ * Every variant computes the same bits ("the arithmetic every path follows", qdot_kernels.h),
+ * so the choice changes speed, never a result. The default is the first this CPU runs in the
+ * order above, unless the environment variable KVPROBE_KERNELS names another. */
+typedef struct kvp_qkernels {
+    const char *name;
+    void (*quantize_row)(const float *x, int64_t n, int8_t *q, float *d);
+    void (*quantize_row2)(const float *x, int64_t n, int8_t *q, float *d, int8_t *lo);
+    size_t (*pack_bytes)(const kvp_qact *a);
+    void (*pack)(kvp_qact *a, void *buf); /* a->pk is this variant's own packing */
+    void (*rows)(enum kvp_type type, const void *weights, size_t row_bytes, int64_t r0, int64_t r1, const kvp_qact *a,
+                 float *const *out);
+    int (*row_multiple)(void);
+} kvp_qkernels;
+
+/* The variant named, or for NULL / "auto" the default; NULL (and a message in err, if
+ * given) when the name is unknown or this CPU cannot run it. */
+const kvp_qkernels *kvp_qkernels_select(const char *name, kvp_error *err);
+/* The variants this CPU runs, in the order above (at most max); returns how many. */
+int kvp_qkernels_available(const kvp_qkernels **out, int max);
 
 /* fp16 / bf16 scalar conversions (IEEE binary16 with subnormals; bf16 = upper f32 half). */
 float kvp_fp16_to_f32(uint16_t h);

@@ -18,7 +18,7 @@ const char *kvp_py_hparams(const kvp_model *m, int out[9]) {
 }
 
 kvp_ctx *kvp_py_ctx_new(const kvp_model *m, int threads, int max_batch, const char *precision, kvp_error *err) {
-    kvp_ctx_params p = {threads, max_batch, KVP_PREC_Q8, 0};
+    kvp_ctx_params p = {threads, max_batch, KVP_PREC_Q8, 0, NULL};
     if (precision && kvp_precision_from_name(precision, &p.precision)) {
         kvp_fail(err, KVP_E_INVALID, "unknown precision '%s' (q8, q8x2, f32)", precision);
         return NULL;

@@ -297,7 +297,7 @@ int cmd_generate(int argc, char **argv) {
     fprintf(stderr, "kvprobe: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s), %d threads, %s activations (%s)\n",
             n_prompt, t1 - t0, n_prompt / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0,
             kvp_ctx_threads(ctx), kvp_precision_name(kvp_ctx_precision(ctx)),
-            kvp_ctx_precision(ctx) == KVP_PREC_F32 ? "f32 kernels" : kvp_qdot_isa());
+            kvp_ctx_precision(ctx) == KVP_PREC_F32 ? "f32 kernels" : kvp_ctx_kernels(ctx));
     if (o.kv_policy) {
         kvp_kv_mem mm;
         kvp_kv_memory(kv, &mm);

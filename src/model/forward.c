@@ -21,6 +21,7 @@ struct kvp_ctx {
     int max_batch;
     kvp_precision prec;
     int emulate;
+    const kvp_qkernels *qk; /* the integer kernels' variant (q8, q8x2) */
     /* the current matmul input: qin.nb rows of qin.n floats, in_ld apart, and (q8, q8x2) the
      * same rows quantized, once for all the matmuls that read them */
     const float *in;
@@ -77,7 +78,7 @@ int kvp_precision_from_name(const char *name, kvp_precision *out) {
 }
 
 kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err) {
-    kvp_ctx_params def = {0, 0, KVP_PREC_Q8, 0};
+    kvp_ctx_params def = {0, 0, KVP_PREC_Q8, 0, NULL};
     if (!p) p = &def;
     if ((unsigned)p->precision > KVP_PREC_F32) {
         kvp_fail(err, KVP_E_INVALID, "execution context: unknown precision %d", (int)p->precision);
@@ -93,6 +94,10 @@ kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err
     c->max_batch = p->max_batch > 0 ? p->max_batch : 64;
     c->prec = p->precision;
     c->emulate = c->prec != KVP_PREC_F32 && p->emulate;
+    if (!(c->qk = kvp_qkernels_select(p->kernels, err))) {
+        free(c);
+        return NULL;
+    }
     size_t B = (size_t)c->max_batch, T = (size_t)c->n_threads;
     size_t qw = (size_t)hp->n_head * hp->head_dim, kw = (size_t)hp->n_head_kv * hp->head_dim,
            vw = (size_t)hp->n_head_kv * hp->head_dim_v, aw = (size_t)hp->n_head * hp->head_dim_v;
@@ -121,7 +126,7 @@ kvp_ctx *kvp_ctx_new(const kvp_model *m, const kvp_ctx_params *p, kvp_error *err
     if (!c->qin.q || !c->qin.d) goto oom;
     if (c->prec == KVP_PREC_Q8X2 && !(c->qin.lo = malloc(B * widest))) goto oom;
     kvp_qact widest_in = {(int64_t)(widest + 31) / 32 * 32, c->max_batch, NULL, NULL, NULL, NULL};
-    size_t pack = c->prec == KVP_PREC_F32 ? 0 : kvp_qact_pack_bytes(&widest_in);
+    size_t pack = c->prec == KVP_PREC_F32 ? 0 : c->qk->pack_bytes(&widest_in);
     if (pack && !(c->qin_pack = aligned_alloc(64, (pack + 63) / 64 * 64))) goto oom;
     if (c->emulate && !(c->in_rounded = alloc_f(B * widest))) goto oom;
     if (!c->x || !c->xn || !c->tmp || !c->q || !c->k || !c->v || !c->att || !c->ffa || !c->ffb ||
@@ -157,6 +162,7 @@ void kvp_ctx_free(kvp_ctx *c) {
 int kvp_ctx_threads(const kvp_ctx *c) { return c->n_threads; }
 int kvp_ctx_max_batch(const kvp_ctx *c) { return c->max_batch; }
 kvp_precision kvp_ctx_precision(const kvp_ctx *c) { return c->prec; }
+const char *kvp_ctx_kernels(const kvp_ctx *c) { return c->qk->name; }
 
 /* ---- matrix multiply: out[b][r] = W[r] . in[b] ------------------------------------------- */
 
@@ -170,8 +176,8 @@ static void row_quantize(kvp_ctx *c, const kvp_row *rows, int b, int il) {
     const float *x = c->in + b * c->in_ld;
     int8_t *q = c->qin.q + (size_t)b * n, *lo = c->qin.lo ? c->qin.lo + (size_t)b * n : NULL;
     float *d = c->qin.d + (size_t)b * (n / 32);
-    if (lo) kvp_quantize_act_row2(x, n, q, d, lo);
-    else kvp_quantize_act_row(x, n, q, d);
+    if (lo) c->qk->quantize_row2(x, n, q, d, lo);
+    else c->qk->quantize_row(x, n, q, d);
     if (c->emulate) /* x ~ d * (q + lo / 256) */
         for (int64_t i = 0; i < n; i++)
             c->in_rounded[(size_t)b * n + i] =
@@ -186,7 +192,7 @@ static void set_input(kvp_ctx *c, const float *in, int64_t ld, int nb, int64_t n
     c->qin.pk = NULL;
     if (c->prec == KVP_PREC_F32 || n % 32) return;
     for_each_row(c, NULL, nb, 0, row_quantize);
-    if (c->qin_pack && !c->emulate) kvp_qact_pack(&c->qin, c->qin_pack);
+    if (c->qin_pack && !c->emulate) c->qk->pack(&c->qin, c->qin_pack);
 }
 
 /* Quantized weights take the integer kernels unless the context is f32 (or emulates them);
@@ -209,7 +215,7 @@ static void matmul_task(void *arg, int task, int thread) {
     int64_t r0 = (int64_t)task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > w->n_out) r1 = w->n_out;
     if (use_qdot(c, w)) {
-        kvp_qdot_rows(w->type, w->data, w->row_bytes, r0, r1, &c->qin, j->out);
+        c->qk->rows(w->type, w->data, w->row_bytes, r0, r1, &c->qin, j->out);
         return;
     }
     int nb = c->qin.nb;
@@ -225,7 +231,7 @@ static void matmul_task(void *arg, int task, int thread) {
 
 /* out[b] for b < the input's row count; rows are split into about 8 tasks per thread. */
 static void matmul(kvp_ctx *c, const kvp_weight *w, float *const *out) {
-    int64_t target = (int64_t)c->n_threads * 8, mult = kvp_qdot_row_multiple();
+    int64_t target = (int64_t)c->n_threads * 8, mult = c->qk->row_multiple();
     int64_t rpt = (w->n_out + target - 1) / target;
     if (rpt < 4) rpt = 4;
     rpt = (rpt + mult - 1) / mult * mult;

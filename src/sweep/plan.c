@@ -97,7 +97,7 @@ int sweep_setup(run_ctx *r) {
     r->prec = KVP_SWEEP_PRECISION;
     if (o->precision && kvp_precision_from_name(o->precision, &r->prec))
         return kvp_fail(err, KVP_E_INVALID, "unknown precision '%s' (q8, q8x2, f32)", o->precision);
-    kvp_ctx_params cp = {o->threads, batch > 64 ? batch : 64, r->prec, 0};
+    kvp_ctx_params cp = {o->threads, batch > 64 ? batch : 64, r->prec, 0, NULL};
     if (!(r->ctx = kvp_ctx_new(r->m, &cp, err))) return err->code;
     sha256_hex(g->map, g->size, r->model_sha);
     r->cells_total = (long)r->ds.n * (1 + (long)r->n_steps * cells_per_w + r->n_policies);

@@ -172,7 +172,7 @@ int main(void) {
 
     env e = {0};
     e.m = kvp_model_load(MODEL, &err);
-    kvp_ctx_params cp = {1, 64, KVP_SWEEP_PRECISION, 0}; /* the sweep's own path */
+    kvp_ctx_params cp = {1, 64, KVP_SWEEP_PRECISION, 0, NULL}; /* the sweep's own path */
     e.ctx = e.m ? kvp_ctx_new(e.m, &cp, &err) : NULL;
     e.tok = e.m ? kvp_tokenizer_load(kvp_model_gguf(e.m), &err) : NULL;
     if (!e.tok) {

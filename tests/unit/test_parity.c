@@ -63,7 +63,7 @@ static double max_abs_diff(const float *a, const float *b, int n) {
 static double run_model_path(kvp_model *m, const ref *r, int threads, int max_batch, kvp_kv_type kvt, kvp_precision prec,
                              int emulate, int *mismatch, float *all_out) {
     kvp_error err = {0};
-    kvp_ctx_params cp = {threads, max_batch, prec, emulate};
+    kvp_ctx_params cp = {threads, max_batch, prec, emulate, NULL};
     kvp_ctx *ctx = kvp_ctx_new(m, &cp, &err);
     int n_pos = r->n_prompt + r->n_gen - 1, V = r->n_vocab;
     kvp_kv *kv = kvp_kv_new(m, n_pos + 1, kvt, &err);

@@ -156,13 +156,31 @@ static void check_random(enum kvp_type type, int64_t n) {
 }
 
 int main(void) {
-    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) check_golden(TYPES[i]);
-    enum kvp_type rand_types[] = {KVP_TYPE_Q4_0, KVP_TYPE_Q4_1, KVP_TYPE_Q5_0, KVP_TYPE_Q5_1, KVP_TYPE_Q8_0,
-                                  KVP_TYPE_Q2_K, KVP_TYPE_Q3_K, KVP_TYPE_Q4_K, KVP_TYPE_Q5_K, KVP_TYPE_Q6_K};
-    for (size_t i = 0; i < sizeof rand_types / sizeof rand_types[0]; i++) {
-        check_random(rand_types[i], 512);
-        /* 11 blocks of 32: a row ends inside a kernel chunk of 8 blocks */
-        if (kvp_type_get(rand_types[i])->block_elems == 32) check_random(rand_types[i], 352);
+    /* Every kernel variant this CPU runs (kvp_qkernels), each the default in turn, through the
+     * same checks against the scalar reference (their titles name the variant). */
+    const kvp_qkernels *ks[8];
+    int nk = kvp_qkernels_available(ks, 8);
+    for (int v = 0; v < nk; v++) {
+        setenv("KVPROBE_KERNELS", ks[v]->name, 1);
+        for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) check_golden(TYPES[i]);
+        enum kvp_type rand_types[] = {KVP_TYPE_Q4_0, KVP_TYPE_Q4_1, KVP_TYPE_Q5_0, KVP_TYPE_Q5_1, KVP_TYPE_Q8_0,
+                                      KVP_TYPE_Q2_K, KVP_TYPE_Q3_K, KVP_TYPE_Q4_K, KVP_TYPE_Q5_K, KVP_TYPE_Q6_K};
+        for (size_t i = 0; i < sizeof rand_types / sizeof rand_types[0]; i++) {
+            check_random(rand_types[i], 512);
+            /* 11 blocks of 32: a row ends inside a kernel chunk of 8 blocks */
+            if (kvp_type_get(rand_types[i])->block_elems == 32) check_random(rand_types[i], 352);
+        }
+    }
+    unsetenv("KVPROBE_KERNELS");
+    TEST("qdot: kernel variants are chosen by name; unknown names are refused") {
+        kvp_error err = {0};
+        CHECK(kvp_qkernels_select("portable", &err) != NULL, "portable always runs");
+        CHECK(kvp_qkernels_select(NULL, &err) == ks[0], "the default is the first this CPU runs");
+        CHECK(kvp_qkernels_select("sse9", &err) == NULL && strstr(err.msg, "unknown variant"), "%s", err.msg);
+        setenv("KVPROBE_KERNELS", ks[nk - 1]->name, 1);
+        CHECK(kvp_qkernels_select(NULL, &err) == ks[nk - 1] && !strcmp(kvp_qdot_isa(), ks[nk - 1]->name),
+              "KVPROBE_KERNELS picks the default");
+        unsetenv("KVPROBE_KERNELS");
     }
     TEST("qdot: float types have no integer kernel") {
         CHECK(!kvp_qdot_supported(KVP_TYPE_F32) && !kvp_qdot_supported(KVP_TYPE_F16) &&

@@ -43,7 +43,7 @@ static void compare(const real_case *rc, kvp_model *m, const int32_t *prompt, in
                     kvp_precision prec, int emulate, double tol, double tie) {
     kvp_error err = {0};
     int V = kvp_model_hparams(m)->n_vocab, K = (int)tid->ne[0];
-    kvp_ctx_params cp = {0, 64, prec, emulate};
+    kvp_ctx_params cp = {0, 64, prec, emulate, NULL};
     kvp_ctx *c = kvp_ctx_new(m, &cp, &err);
     kvp_kv *kv = kvp_kv_new(m, n_prompt + n_gen, KVP_KV_F32, &err);
     float *lg = malloc((size_t)V * sizeof(float));
@@ -75,6 +75,44 @@ static void compare(const real_case *rc, kvp_model *m, const int32_t *prompt, in
     free(lg);
     kvp_kv_free(kv);
     kvp_ctx_free(c);
+}
+
+/* The logits of a prefill (one batch: the packed tiles) and 4 single-row steps (the decode
+ * kernel) with kernel variant k; n_out = (1 + 4) * V floats. */
+static int variant_logits(kvp_model *m, const kvp_qkernels *k, kvp_precision prec, const int32_t *prompt, int n_prompt,
+                          const int32_t *gen, float *out, kvp_error *err) {
+    int V = kvp_model_hparams(m)->n_vocab, rc;
+    kvp_ctx_params cp = {1, 64, prec, 0, k->name};
+    kvp_ctx *c = kvp_ctx_new(m, &cp, err);
+    kvp_kv *kv = c ? kvp_kv_new(m, n_prompt + 8, KVP_KV_F32, err) : NULL;
+    rc = !kv || kvp_decode(c, kv, prompt, n_prompt, NULL, out, err);
+    for (int s = 0; s < 4 && !rc; s++) rc = kvp_decode(c, kv, &gen[s], 1, NULL, out + (size_t)(s + 1) * V, err);
+    kvp_kv_free(kv);
+    kvp_ctx_free(c);
+    return rc;
+}
+
+/* Every kernel variant this CPU runs computes the same bits (kvp_qkernels). */
+static void check_variants(const real_case *rc, kvp_model *m, const int32_t *prompt, int n_prompt, const int32_t *gen) {
+    const kvp_qkernels *ks[8];
+    int nk = kvp_qkernels_available(ks, 8), V = kvp_model_hparams(m)->n_vocab;
+    size_t n = (size_t)5 * V;
+    float *ref = malloc(n * sizeof *ref), *lg = malloc(n * sizeof *lg);
+    kvp_error err = {0};
+    char names[160] = "";
+    for (int i = 0; i < nk; i++) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", ks[i]->name);
+    for (int p = KVP_PREC_Q8; p <= KVP_PREC_Q8X2 && ref && lg; p++) {
+        CHECK(variant_logits(m, ks[0], (kvp_precision)p, prompt, n_prompt, gen, ref, &err) == 0, "%s", err.msg);
+        for (int i = 1; i < nk && !err.code; i++) {
+            CHECK(variant_logits(m, ks[i], (kvp_precision)p, prompt, n_prompt, gen, lg, &err) == 0, "%s", err.msg);
+            CHECK(!memcmp(ref, lg, n * sizeof *lg), "%s %s: logits differ from %s's", kvp_precision_name((kvp_precision)p),
+                  ks[i]->name, ks[0]->name);
+        }
+    }
+    NOTE("%s: kernel variants %s give bit-identical logits (q8, q8x2; a %d-token prefill and 4 decode steps)", rc->name,
+         names, n_prompt);
+    free(ref);
+    free(lg);
 }
 
 static void run_case(const real_case *rc) {
@@ -151,6 +189,8 @@ static void run_case(const real_case *rc) {
         if (l0 && tid && tlg && gap)
             compare(rc, m, prompt, n_prompt, gen, n_gen, l0, tid, tlg, gap, KVP_PREC_Q8X2, 0, TOL_Q8X2, TIE_Q8X2);
     }
+    snprintf(title, sizeof title, "real %s: every kernel variant this CPU runs gives the same logits, bit for bit", rc->name);
+    TEST(title) { check_variants(rc, m, prompt, n_prompt, gen); }
     snprintf(title, sizeof title, "real %s: f32 emulation of the fast path stays within %.2g of transformers", rc->name,
              TOL_FAST);
     TEST(title) {

@@ -32,7 +32,7 @@ static void check_arch(const char *arch) {
         if (!(g && m && P && D && cells)) continue;
         const kvp_hparams *hp = kvp_model_hparams(m);
         int V = hp->n_vocab, n_cells = (int)cells->value.v.arr.n;
-        kvp_ctx_params cp = {2, 32, KVP_PREC_F32, 0};
+        kvp_ctx_params cp = {2, 32, KVP_PREC_F32, 0, NULL};
         kvp_ctx *c = kvp_ctx_new(m, &cp, &err);
         uint8_t *seg = malloc((size_t)n_p);
         for (int i = 0; i < n_p; i++) seg[i] = i >= SPAN_LO && i < SPAN_HI ? KVP_SEG_USER : KVP_SEG_SCAFFOLD;
@@ -101,7 +101,7 @@ static void check_arch(const char *arch) {
 static void check_semantics(void) {
     kvp_error err = {0};
     kvp_model *m = kvp_model_load("tests/fixtures/tiny-qwen3-f32.gguf", &err);
-    kvp_ctx_params cp = {1, 32, KVP_PREC_F32, 0};
+    kvp_ctx_params cp = {1, 32, KVP_PREC_F32, 0, NULL};
     kvp_ctx *c = m ? kvp_ctx_new(m, &cp, &err) : NULL;
     const int n = 12;
     int32_t P[12] = {5, 17, 300, 42, 99, 7, 250, 8, 13, 77, 501, 3};

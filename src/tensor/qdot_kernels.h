@@ -1,0 +1,1131 @@
+/* The fast matmul path: quantized activations, integer block dot products.
+ *
+ * Activation rows are cut into blocks of 32 and stored as int8 q with one f32 scale d per
+ * block (ggml's Q8_0 idea: d = max|x| / 127, q = round-to-nearest-even(x / d)); q8x2 adds the
+ * rounded residual as a second int8 plane lo, so x ~ d * (q + lo / 256).
+ *
+ * Every weight type is read as blocks of 32 unsigned 8-bit values u, with a scale and a min
+ * per 16-element half h and a per-type integer offset:
+ *       w = sc[h] * (u - off) + mn[h]
+ * (Q4_0: u = nibble, off 8; Q4_1: u = nibble, mn = m; Q6_K: 6 bits, off 32, sc = d * scale;
+ * Q4_K: sc = d * scale, mn = -dmin * min; ...). A block's dot is then exact in integers and
+ * scaled once per half or block (the exact recipe: "the arithmetic every path follows" below).
+ *
+ * Kernels: a few activations (decode) read each weight row in order, 8 blocks per vector
+ * (lane = block: the block dots reduced together, the scales decoded as vectors), 8 rows at a
+ * time transposed for the per-pair accumulation; batches of 4 or more on AVX-512 VNNI take
+ * packed tiles of 16 (row, activation) pairs per vector; other batches (AVX2) take tiles of 4
+ * rows unpacked once for all their activations. Every pair goes through the same operations
+ * in the same order whatever the kernel, the tile, the thread count or the batch size, so
+ * batching never changes a bit.
+ *
+ * ISA: AVX-512 VNNI or AVX-VNNI; AVX2 + FMA (maddubs); a portable C path. This file is the
+ * kernels' body: each src/tensor/qdot_<isa>.c compiles it once for its instruction set (a GCC
+ * target pragma) into a table of kernels named QD_TABLE, and qdot.c chooses among the tables at
+ * run time (cpuid). QD_NO_512 keeps an AVX-512 build to 256-bit vectors. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvprobe/tensor.h"
+
+#ifndef QD_TABLE
+#error "qdot_kernels.h is compiled through src/tensor/qdot_<isa>.c, which name its kernel table"
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && !defined(KVP_PORTABLE)
+#include <immintrin.h>
+#define QD_AVX2 1
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define QD_VNNI 1
+#define QD_DPBUSD _mm256_dpbusd_epi32
+#if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(QD_NO_512)
+#define QD_512 1 /* tiles take two blocks per 512-bit vector */
+#endif
+#elif defined(__AVXVNNI__)
+#define QD_VNNI 1
+#define QD_DPBUSD _mm256_dpbusd_avx_epi32
+#endif
+#endif
+
+#if defined(__F16C__) && !defined(QD_AVX2)
+#include <immintrin.h>
+#endif
+
+
+
+#define QB 32 /* activation block */
+/* Single-activation products stream the weights from memory once: the hardware prefetcher
+ * alone leaves the kernel at ~60% of the read bandwidth on big matrices, so each row is also
+ * fetched this far ahead (measured: 6.3 -> 10.2 GB/s on a 178 MB Q8_0 LM head). */
+#ifndef PF_DIST /* -DPF_DIST=N to measure another */
+#define PF_DIST 16384
+#endif
+
+static inline float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+#if defined(__F16C__)
+    return _cvtsh_ss(h); /* inline: kernels read one scale per block */
+#else
+    return kvp_fp16_to_f32(h);
+#endif
+}
+
+/* What this instance was compiled as: the variant's name in the kernel table. */
+#if defined(QD_512)
+#define QD_ISA "avx512-vnni"
+#elif defined(QD_VNNI) && defined(__AVX512VNNI__)
+#define QD_ISA "avx512-vnni-256"
+#elif defined(QD_VNNI)
+#define QD_ISA "avx-vnni"
+#elif defined(QD_AVX2)
+#define QD_ISA "avx2"
+#else
+#define QD_ISA "portable"
+#endif
+
+/* ---- activations ------------------------------------------------------------------------- */
+
+static void qd_quantize_row(const float *x, int64_t n, int8_t *q, float *d) {
+    for (int64_t b = 0; b < n / QB; b++, x += QB, q += QB) {
+#ifdef QD_AVX2
+        const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
+               v3 = _mm256_loadu_ps(x + 24);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, absmask), _mm256_and_ps(v1, absmask)),
+                                 _mm256_max_ps(_mm256_and_ps(v2, absmask), _mm256_and_ps(v3, absmask)));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float amax = _mm_cvtss_f32(h);
+        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        d[b] = db;
+        __m256 vid = _mm256_set1_ps(id);
+        /* cvtps rounds to nearest even, as lrintf below */
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid)),
+                i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)q, p);
+#else
+        float amax = 0.0f;
+        for (int i = 0; i < QB; i++) amax = fmaxf(amax, fabsf(x[i]));
+        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        d[b] = db;
+        for (int i = 0; i < QB; i++) q[i] = (int8_t)lrintf(x[i] * id);
+#endif
+    }
+}
+
+/* q and d as qd_quantize_row computes them (the same amax, the same x * (1 / d) rounded
+ * to nearest even), so q8x2's first plane is q8's; the residual of that product is exact in f32. */
+static void qd_quantize_row2(const float *x, int64_t n, int8_t *q, float *d, int8_t *lo) {
+    for (int64_t b = 0; b < n / QB; b++, x += QB, q += QB, lo += QB) {
+        float amax = 0.0f;
+        for (int i = 0; i < QB; i++) amax = fmaxf(amax, fabsf(x[i]));
+        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        d[b] = db;
+        for (int i = 0; i < QB; i++) {
+            float t = x[i] * id, r = rintf(t);
+            long l = lrintf((t - r) * 256.0f);
+            q[i] = (int8_t)r;
+            lo[i] = (int8_t)(l > 127 ? 127 : l < -127 ? -127 : l); /* symmetric: AVX2 negates it */
+        }
+    }
+}
+
+/* ---- weights: one 32-element block as (u, sc, mn), portable ------------------------------- */
+
+/* Offset subtracted from u, per type (0: the type has mins instead). */
+static inline int type_off(int t) {
+    switch (t) {
+    case KVP_TYPE_Q4_0: return 8;
+    case KVP_TYPE_Q5_0: return 16;
+    case KVP_TYPE_Q8_0: return 128;
+    case KVP_TYPE_Q3_K: return 4;
+    case KVP_TYPE_Q6_K: return 32;
+    default: return 0;
+    }
+}
+
+/* Q4_K / Q5_K: 6-bit scale and min of sub-block j from the 12 packed bytes. */
+static inline void k4_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Q3_K: signed 6-bit scale k (0..15) from the 12 packed bytes. */
+static inline int q3k_scale(int k, const uint8_t *s) {
+    int lo = k < 8 ? (s[k] & 0x0f) : (s[k - 8] >> 4);
+    int hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+/* Block b (of 32 elements) of a row of type t. Layouts as in quant.c (ggml-common.h). */
+static void unpack_block(int t, const uint8_t *row, int64_t b, uint8_t u[32], float sc[2], float mn[2]) {
+    mn[0] = mn[1] = 0.0f;
+    const uint8_t *p;
+    switch (t) {
+    case KVP_TYPE_Q4_0:
+    case KVP_TYPE_Q4_1: {
+        p = row + b * (t == KVP_TYPE_Q4_0 ? 18 : 20);
+        sc[0] = sc[1] = f16_at(p);
+        if (t == KVP_TYPE_Q4_1) mn[0] = mn[1] = f16_at(p + 2);
+        const uint8_t *qs = p + (t == KVP_TYPE_Q4_0 ? 2 : 4);
+        for (int j = 0; j < 16; j++) u[j] = qs[j] & 15, u[j + 16] = qs[j] >> 4;
+        return;
+    }
+    case KVP_TYPE_Q5_0:
+    case KVP_TYPE_Q5_1: {
+        int m1 = t == KVP_TYPE_Q5_1;
+        p = row + b * (m1 ? 24 : 22);
+        sc[0] = sc[1] = f16_at(p);
+        if (m1) mn[0] = mn[1] = f16_at(p + 2);
+        uint32_t qh;
+        memcpy(&qh, p + (m1 ? 4 : 2), 4);
+        const uint8_t *qs = p + (m1 ? 8 : 6);
+        for (int j = 0; j < 16; j++) {
+            u[j] = (uint8_t)((qs[j] & 15) | (((qh >> j) & 1) << 4));
+            u[j + 16] = (uint8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+        }
+        return;
+    }
+    case KVP_TYPE_Q8_0:
+        p = row + b * 34;
+        sc[0] = sc[1] = f16_at(p);
+        for (int j = 0; j < 32; j++) u[j] = (uint8_t)((int8_t)p[2 + j] + 128);
+        return;
+    }
+    /* K-quants: super-blocks of 256 = 8 blocks of 32 */
+    int bb = (int)(b % 8);
+    switch (t) {
+    case KVP_TYPE_Q2_K: { /* scales[16], qs[64], d, dmin */
+        p = row + (b / 8) * 84;
+        float d = f16_at(p + 80), dmin = f16_at(p + 82);
+        const uint8_t *q = p + 16 + 32 * (bb / 4);
+        int shift = 2 * (bb % 4);
+        for (int l = 0; l < 32; l++) u[l] = (q[l] >> shift) & 3;
+        for (int h = 0; h < 2; h++) {
+            uint8_t s = p[2 * bb + h];
+            sc[h] = d * (float)(s & 15);
+            mn[h] = -(dmin * (float)(s >> 4));
+        }
+        return;
+    }
+    case KVP_TYPE_Q3_K: { /* hmask[32], qs[64], scales[12], d */
+        p = row + (b / 8) * 110;
+        float d = f16_at(p + 108);
+        const uint8_t *q = p + 32 + 32 * (bb / 4);
+        int shift = 2 * (bb % 4), m = 1 << bb;
+        for (int l = 0; l < 32; l++) u[l] = (uint8_t)(((q[l] >> shift) & 3) + ((p[l] & m) ? 4 : 0));
+        for (int h = 0; h < 2; h++) sc[h] = d * (float)q3k_scale(2 * bb + h, p + 96);
+        return;
+    }
+    case KVP_TYPE_Q4_K: { /* d, dmin, scales[12], qs[128] */
+        p = row + (b / 8) * 144;
+        int s, mi;
+        k4_scale_min(bb, p + 4, &s, &mi);
+        sc[0] = sc[1] = f16_at(p) * (float)s;
+        mn[0] = mn[1] = -(f16_at(p + 2) * (float)mi);
+        const uint8_t *q = p + 16 + 32 * (bb / 2);
+        for (int l = 0; l < 32; l++) u[l] = bb % 2 ? q[l] >> 4 : q[l] & 15;
+        return;
+    }
+    case KVP_TYPE_Q5_K: { /* d, dmin, scales[12], qh[32], qs[128] */
+        p = row + (b / 8) * 176;
+        int s, mi;
+        k4_scale_min(bb, p + 4, &s, &mi);
+        sc[0] = sc[1] = f16_at(p) * (float)s;
+        mn[0] = mn[1] = -(f16_at(p + 2) * (float)mi);
+        const uint8_t *qh = p + 16, *ql = p + 48 + 32 * (bb / 2);
+        int hb = 1 << bb;
+        for (int l = 0; l < 32; l++)
+            u[l] = (uint8_t)((bb % 2 ? ql[l] >> 4 : ql[l] & 15) + ((qh[l] & hb) ? 16 : 0));
+        return;
+    }
+    case KVP_TYPE_Q6_K: { /* ql[128], qh[64], scales[16] (i8), d */
+        p = row + (b / 8) * 210;
+        float d = f16_at(p + 208);
+        int half = bb / 4, quarter = bb % 4;
+        const uint8_t *ql = p + 64 * half + 32 * (quarter & 1), *qh = p + 128 + 32 * half;
+        int ns = 4 * (quarter >> 1), hs = 2 * quarter;
+        for (int l = 0; l < 32; l++) u[l] = (uint8_t)(((ql[l] >> ns) & 15) | (((qh[l] >> hs) & 3) << 4));
+        for (int h = 0; h < 2; h++) sc[h] = d * (float)(int8_t)p[192 + 2 * bb + h];
+        return;
+    }
+    }
+}
+
+/* ---- the arithmetic every path follows ------------------------------------------------------
+ * For one weight row and one activation row, block by block in order (b = 0, 1, ...):
+ *     X     = q, or 256 q + lo with q8x2;   dx = d, or d / 256 with q8x2
+ *     I_h   = sum over half h of the block of (u - off) * X   (exact int32; H = 2 halves of 16
+ *             for the types with a scale per 16 elements, else H = 1 covering all 32)
+ *     S_h   = sum of X over half h                             (exact; types with mins)
+ *     t     = sc_0 * I_0;  t = fma(sc_1, I_1, t) if H = 2;  t = fma(mn_h, S_h, t) per half
+ *     acc   = fma(dx, t, acc)
+ * Every kernel evaluates exactly this for each (row, activation) pair, in whichever vector lane
+ * holds the pair, so the bits never depend on the tile, the batch, the thread count or the
+ * instruction set. */
+
+static inline int type_halves(int t) { return t == KVP_TYPE_Q6_K || t == KVP_TYPE_Q3_K || t == KVP_TYPE_Q2_K ? 2 : 1; }
+static inline int type_has_min(int t) {
+    return t == KVP_TYPE_Q4_1 || t == KVP_TYPE_Q5_1 || t == KVP_TYPE_Q2_K || t == KVP_TYPE_Q4_K || t == KVP_TYPE_Q5_K;
+}
+
+/* ---- portable kernel --------------------------------------------------------------------- */
+
+#ifndef QD_AVX2
+static void qdot_portable(int t, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
+                          float *const *out) {
+    int64_t nblk = n / QB;
+    int off = type_off(t), H = type_halves(t), mins = type_has_min(t);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + r * rb;
+        for (int j = 0; j < a->nb; j++) {
+            const int8_t *xq = a->q + (size_t)j * a->n, *xl = a->lo ? a->lo + (size_t)j * a->n : NULL;
+            const float *xd = a->d + (size_t)j * (a->n / QB);
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nblk; b++) {
+                uint8_t u[32];
+                float sc[2] = {0, 0}, mn[2] = {0, 0};
+                unpack_block(t, row, b, u, sc, mn);
+                int32_t I[2] = {0, 0}, S[2] = {0, 0};
+                for (int l = 0; l < 32; l++) {
+                    int32_t X = xl ? 256 * xq[b * QB + l] + xl[b * QB + l] : xq[b * QB + l];
+                    int h = H == 2 ? l / 16 : 0;
+                    I[h] += ((int32_t)u[l] - off) * X;
+                    S[h] += X;
+                }
+                float tt = sc[0] * (float)I[0];
+                if (H == 2) tt = fmaf(sc[1], (float)I[1], tt);
+                if (mins) {
+                    tt = fmaf(mn[0], (float)S[0], tt);
+                    if (H == 2) tt = fmaf(mn[1], (float)S[1], tt);
+                }
+                acc = fmaf(xl ? xd[b] * (1.0f / 256.0f) : xd[b], tt, acc);
+            }
+            out[j][r] = acc;
+        }
+    }
+}
+#endif
+
+/* ---- SIMD kernels ------------------------------------------------------------------------ */
+
+#ifdef QD_AVX2
+#define INLINE static inline __attribute__((always_inline))
+
+/* log2 of the offset folded into the integer dot, or -1. Without VNNI, Q8_0 keeps signed
+ * weights (maddubs would saturate on u up to 255) and needs no offset. */
+INLINE int off_shift(int t) {
+    switch (type_off(t)) {
+    case 4: return 2;
+    case 8: return 3;
+    case 16: return 4;
+    case 32: return 5;
+#ifdef QD_VNNI
+    case 128: return 7;
+#endif
+    default: return -1;
+    }
+}
+
+/* 32 bits -> 32 bytes: byte k = 0xff if bit k is set. */
+INLINE __m256i bits_to_bytes(uint32_t bits) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                          3, 3, 3, 3, 3, 3, 3);
+    const __m256i bm = _mm256_set1_epi64x(0x8040201008040201LL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bm), bm);
+}
+
+/* 16 packed bytes -> low nibbles in bytes 0..15, high nibbles in bytes 16..31. */
+INLINE __m256i nibbles(const uint8_t *qs) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
+}
+
+/* u of block b of a row (32 bytes): hot types in registers, the rest through unpack_block. */
+INLINE __m256i load_u(int t, const uint8_t *row, int64_t b) {
+    switch (t) {
+    case KVP_TYPE_Q4_0: return nibbles(row + b * 18 + 2);
+    case KVP_TYPE_Q4_1: return nibbles(row + b * 20 + 4);
+    case KVP_TYPE_Q5_0:
+    case KVP_TYPE_Q5_1: {
+        int m1 = t == KVP_TYPE_Q5_1;
+        const uint8_t *p = row + b * (m1 ? 24 : 22);
+        uint32_t qh;
+        memcpy(&qh, p + (m1 ? 4 : 2), 4);
+        return _mm256_or_si256(nibbles(p + (m1 ? 8 : 6)), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
+    }
+    case KVP_TYPE_Q8_0: {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(row + b * 34 + 2));
+#ifdef QD_VNNI
+        u = _mm256_xor_si256(u, _mm256_set1_epi8((char)0x80)); /* q + 128 */
+#endif
+        return u;
+    }
+    case KVP_TYPE_Q4_K: {
+        int bb = (int)(b % 8);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(row + (b / 8) * 144 + 16 + 32 * (bb / 2)));
+        if (bb % 2) q = _mm256_srli_epi16(q, 4);
+        return _mm256_and_si256(q, _mm256_set1_epi8(15));
+    }
+    case KVP_TYPE_Q6_K: {
+        const uint8_t *p = row + (b / 8) * 210;
+        int bb = (int)(b % 8), half = bb / 4, quarter = bb % 4;
+        __m256i ql = _mm256_loadu_si256((const __m256i *)(p + 64 * half + 32 * (quarter & 1)));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * half));
+        ql = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (quarter >> 1))), _mm256_set1_epi8(15));
+        qh = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * quarter)), _mm256_set1_epi8(3));
+        return _mm256_or_si256(ql, _mm256_slli_epi16(qh, 4));
+    }
+    default: {
+        uint8_t ub[32];
+        float sc[2], mn[2];
+        unpack_block(t, row, b, ub, sc, mn);
+        return _mm256_loadu_si256((const __m256i *)ub);
+    }
+    }
+}
+
+/* Block b of a row as u (load_u) and the scale and min of each half (equal halves for the
+ * types with one scale per block), as scalars. */
+INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, float sc[2], float mn[2]) {
+    const uint8_t *p;
+    mn[0] = mn[1] = 0.0f;
+    switch (t) {
+    case KVP_TYPE_Q4_0:
+    case KVP_TYPE_Q5_0:
+    case KVP_TYPE_Q8_0:
+        sc[0] = sc[1] = f16_at(row + b * (t == KVP_TYPE_Q4_0 ? 18 : t == KVP_TYPE_Q5_0 ? 22 : 34));
+        break;
+    case KVP_TYPE_Q4_1:
+    case KVP_TYPE_Q5_1:
+        p = row + b * (t == KVP_TYPE_Q4_1 ? 20 : 24);
+        sc[0] = sc[1] = f16_at(p);
+        mn[0] = mn[1] = f16_at(p + 2);
+        break;
+    case KVP_TYPE_Q4_K: {
+        p = row + (b / 8) * 144;
+        int s, mi;
+        k4_scale_min((int)(b % 8), p + 4, &s, &mi);
+        sc[0] = sc[1] = f16_at(p) * (float)s;
+        mn[0] = mn[1] = -(f16_at(p + 2) * (float)mi);
+        break;
+    }
+    case KVP_TYPE_Q6_K: {
+        p = row + (b / 8) * 210;
+        int bb = (int)(b % 8);
+        float d = f16_at(p + 208);
+        sc[0] = d * (float)(int8_t)p[192 + 2 * bb];
+        sc[1] = d * (float)(int8_t)p[193 + 2 * bb];
+        break;
+    }
+    default: { /* u and scales in one pass */
+        uint8_t ub[32];
+        unpack_block(t, row, b, ub, sc, mn);
+        *u = _mm256_loadu_si256((const __m256i *)ub);
+        return;
+    }
+    }
+    *u = load_u(t, row, b);
+}
+
+/* Sums of each group of 4 activation bytes, as 8 int32 lanes. */
+INLINE __m256i lane_sums(__m256i x) {
+#ifdef QD_VNNI
+    return QD_DPBUSD(_mm256_setzero_si256(), _mm256_set1_epi8(1), x);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), _mm256_set1_epi16(1));
+#endif
+}
+
+/* src + sum(u * x) per lane of 4 bytes (u unsigned, x signed). */
+INLINE __m256i dot_lanes(int t, __m256i src, __m256i u, __m256i x) {
+#ifdef QD_VNNI
+    (void)t;
+    return QD_DPBUSD(src, u, x);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (t == KVP_TYPE_Q8_0) /* u is signed here: |u| * sign(x, u) */
+        return _mm256_add_epi32(src, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u)), ones));
+    return _mm256_add_epi32(src, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones));
+#endif
+}
+
+/* ---- rows x activations in tiles of 4 rows (batches without the packed tiles) --------------- *
+ * RM weight rows (4) against SRN activations: each (row, activation) block dot as 8 lanes of 4
+ * bytes, reduced to the block's (or each half's) exact sum for the 4 rows at once, then the
+ * float steps on 4 rows per vector. Weight blocks come from the rows themselves, or from wbuf
+ * when a batch is wider than one tile (unpacked once for all of them). */
+#define RM 4
+#if defined(QD_512)
+#define SRN 3 /* 32 vector registers */
+#else
+#define SRN 1
+#endif
+
+typedef struct wbuf { /* RM rows x nblk blocks: u, and the scales and mins of both halves */
+    __m256i *u;
+    float *sc, *mn; /* [row][block][2] */
+    int64_t nblk;
+} wbuf;
+
+/* Sum of the 8 lanes of each of 4 vectors: whole blocks (half = 0) in one 128-bit vector, or
+ * the first (lanes 0-3) and second (lanes 4-7) halves in two. */
+INLINE void reduce4(__m256i d0, __m256i d1, __m256i d2, __m256i d3, __m128i *h0, __m128i *h1, __m128i *all) {
+    __m256i c = _mm256_hadd_epi32(_mm256_hadd_epi32(d0, d1), _mm256_hadd_epi32(d2, d3));
+    *h0 = _mm256_castsi256_si128(c);
+    *h1 = _mm256_extracti128_si256(c, 1);
+    *all = _mm_add_epi32(*h0, *h1);
+}
+
+INLINE int32_t hsum_epi32_128(__m128i v) {
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
+    return _mm_cvtsi128_si32(v);
+}
+
+/* out[j0 + j][r0 + i] for i < rm, j < rn (compile-time constants at each call). */
+INLINE void tile_rows(int t, int rm, int rn, int lo, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0,
+                      const kvp_qact *a, int j0, const wbuf *wb, float *const *out) {
+    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
+    const int8_t *xq[SRN], *xl[SRN];
+    const float *xd[SRN];
+    for (int j = 0; j < rn; j++) {
+        xq[j] = a->q + (size_t)(j0 + j) * a->n;
+        xl[j] = lo ? a->lo + (size_t)(j0 + j) * a->n : NULL;
+        xd[j] = a->d + (size_t)(j0 + j) * (a->n / QB);
+    }
+    const uint8_t *wr[RM];
+    for (int i = 0; i < rm; i++) wr[i] = w + (size_t)(r0 + i) * rb;
+    size_t bpb = rb / (size_t)nblk; /* weight bytes per 32 elements */
+    __m128 acc[SRN];
+    for (int j = 0; j < rn; j++) acc[j] = _mm_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m256i u[RM];
+        float sc[RM][2], mn[RM][2];
+        for (int i = 0; i < RM; i++) {
+            if (i >= rm) {
+                u[i] = _mm256_setzero_si256();
+                sc[i][0] = sc[i][1] = mn[i][0] = mn[i][1] = 0.0f;
+            } else if (wb) {
+                size_t k = (size_t)i * nblk + b;
+                u[i] = wb->u[k];
+                memcpy(sc[i], wb->sc + 2 * k, sizeof sc[i]);
+                memcpy(mn[i], wb->mn + 2 * k, sizeof mn[i]);
+            } else {
+                if ((b & 1) == 0) _mm_prefetch((const char *)wr[i] + (size_t)b * bpb + PF_DIST, _MM_HINT_T0);
+                load_block(t, wr[i], b, &u[i], sc[i], mn[i]);
+            }
+        }
+        __m128 sc0 = _mm_setr_ps(sc[0][0], sc[1][0], sc[2][0], sc[3][0]);
+        __m128 sc1 = _mm_setr_ps(sc[0][1], sc[1][1], sc[2][1], sc[3][1]);
+        __m128 mn0 = _mm_setr_ps(mn[0][0], mn[1][0], mn[2][0], mn[3][0]);
+        __m128 mn1 = _mm_setr_ps(mn[0][1], mn[1][1], mn[2][1], mn[3][1]);
+        for (int j = 0; j < rn; j++) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(xq[j] + b * QB)), ls = lane_sums(x), xlo, ll;
+            __m256i src = os >= 0 ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ls, os)) : _mm256_setzero_si256();
+            __m256i srclo = _mm256_setzero_si256();
+            if (lo) {
+                xlo = _mm256_loadu_si256((const __m256i *)(xl[j] + b * QB));
+                ll = lane_sums(xlo);
+                if (os >= 0) srclo = _mm256_sub_epi32(srclo, _mm256_slli_epi32(ll, os));
+                ls = _mm256_add_epi32(_mm256_slli_epi32(ls, 8), ll); /* sums of X */
+            }
+            __m256i dd[RM];
+            for (int i = 0; i < RM; i++) {
+                dd[i] = dot_lanes(t, src, u[i], x);
+                if (lo) dd[i] = _mm256_add_epi32(_mm256_slli_epi32(dd[i], 8), dot_lanes(t, srclo, u[i], xlo));
+            }
+            __m128i h0, h1, all;
+            reduce4(dd[0], dd[1], dd[2], dd[3], &h0, &h1, &all);
+            __m128 tt;
+            if (H == 2) tt = _mm_fmadd_ps(sc1, _mm_cvtepi32_ps(h1), _mm_mul_ps(sc0, _mm_cvtepi32_ps(h0)));
+            else tt = _mm_mul_ps(sc0, _mm_cvtepi32_ps(all));
+            if (mins) {
+                __m128i s0 = _mm256_castsi256_si128(ls), s1 = _mm256_extracti128_si256(ls, 1);
+                if (H == 2) {
+                    tt = _mm_fmadd_ps(mn0, _mm_set1_ps((float)hsum_epi32_128(s0)), tt);
+                    tt = _mm_fmadd_ps(mn1, _mm_set1_ps((float)hsum_epi32_128(s1)), tt);
+                } else {
+                    tt = _mm_fmadd_ps(mn0, _mm_set1_ps((float)hsum_epi32_128(_mm_add_epi32(s0, s1))), tt);
+                }
+            }
+            float dx = lo ? xd[j][b] * (1.0f / 256.0f) : xd[j][b];
+            acc[j] = _mm_fmadd_ps(_mm_set1_ps(dx), tt, acc[j]);
+        }
+    }
+    for (int j = 0; j < rn; j++) {
+        float v[4];
+        _mm_storeu_ps(v, acc[j]);
+        for (int i = 0; i < rm; i++) out[j0 + j][r0 + i] = v[i];
+    }
+}
+
+INLINE void unpack_rows(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int rm, const wbuf *wb) {
+    for (int i = 0; i < rm; i++)
+        for (int64_t b = 0; b < nblk; b++) {
+            size_t k = (size_t)i * nblk + b;
+            load_block(t, w + (size_t)(r0 + i) * rb, b, &wb->u[k], wb->sc + 2 * k, wb->mn + 2 * k);
+        }
+}
+
+/* Rows [r, r + rm) against every activation: tiles of SRN, then one of the rest. */
+INLINE void row_tile(int t, int rm, int lo, const uint8_t *w, size_t rb, int64_t nblk, int64_t r, const kvp_qact *a,
+                     const wbuf *wb, float *const *out) {
+    if (wb) unpack_rows(t, w, rb, nblk, r, rm, wb);
+    int j = 0;
+    for (; j + SRN <= a->nb; j += SRN) tile_rows(t, rm, SRN, lo, w, rb, nblk, r, a, j, wb, out);
+#if SRN > 2
+    if (a->nb - j == 2) tile_rows(t, rm, 2, lo, w, rb, nblk, r, a, j, wb, out);
+#endif
+#if SRN > 1
+    if (a->nb - j == 1) tile_rows(t, rm, 1, lo, w, rb, nblk, r, a, j, wb, out);
+#endif
+}
+
+INLINE void qdot_small(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
+                       const wbuf *wb, float *const *out) {
+    int64_t nblk = n / QB, r = r0;
+    for (; r + RM <= r1; r += RM) row_tile(t, RM, lo, w, rb, nblk, r, a, wb, out);
+    switch (r1 - r) { /* the edge: the same per-pair arithmetic, fewer rows */
+    case 3: row_tile(t, 3, lo, w, rb, nblk, r, a, wb, out); break;
+    case 2: row_tile(t, 2, lo, w, rb, nblk, r, a, wb, out); break;
+    case 1: row_tile(t, 1, lo, w, rb, nblk, r, a, wb, out); break;
+    }
+}
+
+/* ---- one to SRN activations (decode): rows one after another -------------------------------- *
+ * The 4-row tiles above spend most of their time outside the integer dots: per block and row
+ * they decode the scales in scalar code and reduce the block dot across the 4 rows. Here each
+ * row is read on its own, in order (a tile of DR rows is one sequential stream), in chunks of
+ * DC blocks with lane = block: the DC block dots reduce to one vector of per-block sums, the
+ * scales decode as vectors (a K-quant's super-block at once), and t = sc*I (+ mn*S) is formed
+ * for DC blocks in one pass. The tile's rows of t are then transposed to lane = row for
+ * acc = fma(dx, t, acc), block after block: the recipe above, pair by pair, bit for bit. */
+#define DR 8    /* rows per tile */
+#define DC 8    /* blocks per chunk (lanes of one vector); a K-quant super-block */
+#define DBAND 32 /* chunks whose t a tile keeps (8 KB per activation) before the fma pass */
+
+/* Blocks in chunk c of a row of nblk blocks (DC but at the row's end). */
+INLINE int chunk_blocks(int64_t nblk, int64_t c) { return nblk - c * DC < DC ? (int)(nblk - c * DC) : DC; }
+
+/* Per activation and block, what the float steps and the offset need (lane = block). */
+typedef struct dact {
+    float *dx;        /* d, or d / 256 with q8x2 */
+    float *sf[2];     /* (float) sums of X over each half (H = 2) or the block (sf[0], H = 1) */
+    int32_t *corr[2]; /* those sums << log2(offset): off * S, taken from the dots */
+} dact;
+
+/* d[k] = per-block sums over halves 0 and 1 of 8 vectors of 8 lanes (lane = 4 bytes), lane k. */
+INLINE void reduce8(const __m256i d[DC], __m256i *h0, __m256i *h1) {
+    __m256i a0 = _mm256_hadd_epi32(d[0], d[1]), a1 = _mm256_hadd_epi32(d[2], d[3]);
+    __m256i a2 = _mm256_hadd_epi32(d[4], d[5]), a3 = _mm256_hadd_epi32(d[6], d[7]);
+    __m256i b0 = _mm256_hadd_epi32(a0, a1), b1 = _mm256_hadd_epi32(a2, a3);
+    *h0 = _mm256_permute2x128_si256(b0, b1, 0x20);
+    *h1 = _mm256_permute2x128_si256(b0, b1, 0x31);
+}
+
+INLINE __m256 f16x8(__m128i h) {
+#if defined(__F16C__)
+    return _mm256_cvtph_ps(h);
+#else /* AVX2 + FMA without F16C (an -mavx2 -mfma build): the same values, one at a time */
+    uint16_t v[8];
+    float f[8];
+    _mm_storeu_si128((__m128i *)v, h);
+    for (int k = 0; k < 8; k++) f[k] = kvp_fp16_to_f32(v[k]);
+    return _mm256_loadu_ps(f);
+#endif
+}
+
+/* 8 f16 values at p + k * stride (k < nc; the rest 0). */
+INLINE __m128i gather_f16(const uint8_t *p, size_t stride, int nc) {
+    /* in a register: 8 small stores and one wide load would stall store forwarding */
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++) {
+        h[k] = 0;
+        if (k < nc) memcpy(&h[k], p + (size_t)k * stride, 2);
+    }
+    __m128i v = _mm_cvtsi32_si128(h[0]);
+    v = _mm_insert_epi16(v, h[1], 1), v = _mm_insert_epi16(v, h[2], 2), v = _mm_insert_epi16(v, h[3], 3);
+    v = _mm_insert_epi16(v, h[4], 4), v = _mm_insert_epi16(v, h[5], 5), v = _mm_insert_epi16(v, h[6], 6);
+    return _mm_insert_epi16(v, h[7], 7);
+}
+
+/* Scales and mins of blocks b0 .. b0 + nc - 1 of a row, lane k = block b0 + k: the same floats
+ * load_block makes (products of the same factors, the same negation). */
+INLINE void load_scales(int t, const uint8_t *row, int64_t b0, int nc, __m256 sc[2], __m256 mn[2]) {
+    const __m256 neg = _mm256_set1_ps(-0.0f);
+    sc[1] = mn[0] = mn[1] = _mm256_setzero_ps();
+    switch (t) {
+    case KVP_TYPE_Q4_0: sc[0] = f16x8(gather_f16(row + b0 * 18, 18, nc)); return;
+    case KVP_TYPE_Q5_0: sc[0] = f16x8(gather_f16(row + b0 * 22, 22, nc)); return;
+    case KVP_TYPE_Q8_0: sc[0] = f16x8(gather_f16(row + b0 * 34, 34, nc)); return;
+    case KVP_TYPE_Q4_1:
+        sc[0] = f16x8(gather_f16(row + b0 * 20, 20, nc));
+        mn[0] = f16x8(gather_f16(row + b0 * 20 + 2, 20, nc));
+        return;
+    case KVP_TYPE_Q5_1:
+        sc[0] = f16x8(gather_f16(row + b0 * 24, 24, nc));
+        mn[0] = f16x8(gather_f16(row + b0 * 24 + 2, 24, nc));
+        return;
+    case KVP_TYPE_Q4_K:
+    case KVP_TYPE_Q5_K: { /* a whole super-block: 6-bit scale and min of each of the 8 blocks */
+        const uint8_t *p = row + (b0 / 8) * (t == KVP_TYPE_Q4_K ? 144 : 176);
+        uint32_t w0, w1, w2;
+        memcpy(&w0, p + 4, 4), memcpy(&w1, p + 8, 4), memcpy(&w2, p + 12, 4);
+        uint32_t s_lo = w0 & 0x3f3f3f3f, m_lo = w1 & 0x3f3f3f3f;
+        uint32_t s_hi = (w2 & 0x0f0f0f0f) | (((w0 >> 6) & 0x03030303) << 4);
+        uint32_t m_hi = ((w2 >> 4) & 0x0f0f0f0f) | (((w1 >> 6) & 0x03030303) << 4);
+        __m256 s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)s_lo, (int)s_hi, 0, 0)));
+        __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0)));
+        sc[0] = _mm256_mul_ps(_mm256_set1_ps(f16_at(p)), s);
+        mn[0] = _mm256_xor_ps(neg, _mm256_mul_ps(_mm256_set1_ps(f16_at(p + 2)), m));
+        return;
+    }
+    case KVP_TYPE_Q6_K: { /* 16 signed 8-bit scales: half 0 of each block at even bytes */
+        const uint8_t *p = row + (b0 / 8) * 210;
+        __m128i s = _mm_loadu_si128((const __m128i *)(p + 192));
+        s = _mm_shuffle_epi8(s, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+        __m256 d = _mm256_set1_ps(f16_at(p + 208));
+        sc[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)));
+        sc[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s, 8))));
+        return;
+    }
+    default: { /* the rest block by block */
+        float s[2][8] = {{0}}, m[2][8] = {{0}};
+        for (int k = 0; k < nc; k++) {
+            uint8_t u[32];
+            float bs[2], bm[2];
+            unpack_block(t, row, b0 + k, u, bs, bm);
+            s[0][k] = bs[0], s[1][k] = bs[1], m[0][k] = bm[0], m[1][k] = bm[1];
+        }
+        for (int h = 0; h < 2; h++) sc[h] = _mm256_loadu_ps(s[h]), mn[h] = _mm256_loadu_ps(m[h]);
+        return;
+    }
+    }
+}
+
+/* The per-block sums of activation row j (blocks padded to whole chunks with zeros). */
+INLINE void prep_act(int t, int lo, const kvp_qact *a, int j, int64_t nblk, dact *da) {
+    const int os = off_shift(t), H = type_halves(t);
+    const int8_t *q = a->q + (size_t)j * a->n, *l = lo ? a->lo + (size_t)j * a->n : NULL;
+    const float *d = a->d + (size_t)j * nblk;
+    for (int64_t b0 = 0; b0 < nblk; b0 += DC) {
+        int nc = chunk_blocks(nblk, b0 / DC);
+        __m256i sq[DC], sl[DC], h0, h1, l0, l1;
+        for (int k = 0; k < DC; k++) {
+            sq[k] = k < nc ? lane_sums(_mm256_loadu_si256((const __m256i *)(q + (b0 + k) * QB))) : _mm256_setzero_si256();
+            if (lo) sl[k] = k < nc ? lane_sums(_mm256_loadu_si256((const __m256i *)(l + (b0 + k) * QB))) : _mm256_setzero_si256();
+        }
+        reduce8(sq, &h0, &h1);
+        if (lo) {
+            reduce8(sl, &l0, &l1);
+            h0 = _mm256_add_epi32(_mm256_slli_epi32(h0, 8), l0);
+            h1 = _mm256_add_epi32(_mm256_slli_epi32(h1, 8), l1);
+        }
+        if (H == 1) h0 = _mm256_add_epi32(h0, h1);
+        __m256i hs[2] = {h0, h1};
+        for (int h = 0; h < H; h++) {
+            _mm256_storeu_ps(da->sf[h] + b0, _mm256_cvtepi32_ps(hs[h]));
+            _mm256_storeu_si256((__m256i *)(da->corr[h] + b0), os >= 0 ? _mm256_slli_epi32(hs[h], os) : _mm256_setzero_si256());
+        }
+        for (int k = 0; k < DC; k++) da->dx[b0 + k] = k < nc ? (lo ? d[b0 + k] * (1.0f / 256.0f) : d[b0 + k]) : 0.0f;
+    }
+}
+
+/* c[k] = column k of the 8 x 8 matrix whose rows are r[0..7]. */
+INLINE void transpose8(const __m256 r[8], __m256 c[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    c[0] = _mm256_permute2f128_ps(s0, s4, 0x20), c[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    c[2] = _mm256_permute2f128_ps(s2, s6, 0x20), c[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    c[4] = _mm256_permute2f128_ps(s0, s4, 0x31), c[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    c[6] = _mm256_permute2f128_ps(s2, s6, 0x31), c[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* t (lane = block) of DC blocks from b0 of one row, for each of the rn activations. */
+INLINE void row_chunk(int t, int lo, const uint8_t *row, int64_t b0, int nc, const kvp_qact *a, int rn, const dact *da,
+                      __m256 *tout, size_t tstride) {
+    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
+    __m256i u[DC];
+    __m256 sc[2], mn[2];
+    for (int k = 0; k < DC; k++) u[k] = k < nc ? load_u(t, row, b0 + k) : _mm256_setzero_si256();
+    load_scales(t, row, b0, nc, sc, mn);
+    for (int j = 0; j < rn; j++) {
+        const int8_t *xq = a->q + (size_t)j * a->n + b0 * QB, *xl = lo ? a->lo + (size_t)j * a->n + b0 * QB : NULL;
+        __m256i dd[DC], I0, I1;
+        for (int k = 0; k < DC; k++) {
+            if (k >= nc) {
+                dd[k] = _mm256_setzero_si256();
+                continue;
+            }
+            dd[k] = dot_lanes(t, _mm256_setzero_si256(), u[k], _mm256_loadu_si256((const __m256i *)(xq + k * QB)));
+            if (lo)
+                dd[k] = dot_lanes(t, _mm256_slli_epi32(dd[k], 8), u[k], _mm256_loadu_si256((const __m256i *)(xl + k * QB)));
+        }
+        reduce8(dd, &I0, &I1);
+        if (H == 1) I0 = _mm256_add_epi32(I0, I1);
+        if (os >= 0) {
+            I0 = _mm256_sub_epi32(I0, _mm256_loadu_si256((const __m256i *)(da[j].corr[0] + b0)));
+            if (H == 2) I1 = _mm256_sub_epi32(I1, _mm256_loadu_si256((const __m256i *)(da[j].corr[1] + b0)));
+        }
+        __m256 tt = _mm256_mul_ps(sc[0], _mm256_cvtepi32_ps(I0));
+        if (H == 2) tt = _mm256_fmadd_ps(sc[1], _mm256_cvtepi32_ps(I1), tt);
+        if (mins) {
+            tt = _mm256_fmadd_ps(mn[0], _mm256_loadu_ps(da[j].sf[0] + b0), tt);
+            if (H == 2) tt = _mm256_fmadd_ps(mn[1], _mm256_loadu_ps(da[j].sf[1] + b0), tt);
+        }
+        tout[(size_t)j * tstride] = tt;
+    }
+}
+
+/* Rows [r0, r1) against a->nb <= SRN activations. */
+INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1,
+                        const kvp_qact *a, float *const *out) {
+    const int64_t nblk = n / QB, nchunk = (nblk + DC - 1) / DC, padded = nchunk * DC;
+    const int rn = a->nb;
+    const size_t chunk_bytes = rb / (size_t)nblk * DC;
+    /* per activation: dx, sf[2], corr[2] over the padded blocks; then t [rn][DBAND][DR] */
+    size_t act_bytes = (size_t)padded * 5 * sizeof(float), t_bytes = (size_t)rn * DBAND * DR * sizeof(__m256);
+    uint8_t *mem = aligned_alloc(32, (size_t)rn * act_bytes + t_bytes);
+    if (!mem) { /* no memory: the 4-row tiles give the same bits */
+        qdot_small(t, lo, w, rb, n, r0, r1, a, NULL, out);
+        return;
+    }
+    __m256 *tb = (__m256 *)mem;
+    dact da[SRN];
+    for (int j = 0; j < rn; j++) {
+        float *f = (float *)(mem + t_bytes + (size_t)j * act_bytes);
+        da[j] = (dact){f, {f + padded, f + 2 * padded}, {(int32_t *)(f + 3 * padded), (int32_t *)(f + 4 * padded)}};
+        prep_act(t, lo, a, j, nblk, &da[j]);
+    }
+    const size_t tstride = (size_t)DBAND * DR; /* between activations */
+    for (int64_t r = r0; r < r1; r += DR) {
+        const int rm = r1 - r < DR ? (int)(r1 - r) : DR;
+        __m256 acc[SRN];
+        for (int j = 0; j < rn; j++) acc[j] = _mm256_setzero_ps();
+        for (int64_t c0 = 0; c0 < nchunk; c0 += DBAND) {
+            const int64_t c1 = nchunk - c0 < DBAND ? nchunk : c0 + DBAND;
+            for (int i = 0; i < DR; i++) {
+                if (i >= rm) {
+                    for (int j = 0; j < rn; j++)
+                        for (int64_t c = c0; c < c1; c++) tb[(size_t)j * tstride + (size_t)(c - c0) * DR + i] = _mm256_setzero_ps();
+                    continue;
+                }
+                const uint8_t *row = w + (size_t)(r + i) * rb;
+                for (int64_t c = c0; c < c1; c++) {
+                    const uint8_t *pf = row + (size_t)c * chunk_bytes + PF_DIST;
+                    for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+                    int nc = chunk_blocks(nblk, c);
+                    if (nc == DC) row_chunk(t, lo, row, c * DC, DC, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
+                    else row_chunk(t, lo, row, c * DC, nc, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
+                }
+            }
+            for (int j = 0; j < rn; j++)
+                for (int64_t c = c0; c < c1; c++) {
+                    __m256 col[DC];
+                    transpose8(&tb[(size_t)j * tstride + (size_t)(c - c0) * DR], col);
+                    int nc = chunk_blocks(nblk, c);
+                    const float *dx = da[j].dx + c * DC;
+                    if (nc == DC)
+                        for (int k = 0; k < DC; k++) acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dx[k]), col[k], acc[j]);
+                    else
+                        for (int k = 0; k < nc; k++) acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dx[k]), col[k], acc[j]);
+                }
+        }
+        for (int j = 0; j < rn; j++) {
+            float v[DR];
+            _mm256_storeu_ps(v, acc[j]);
+            for (int i = 0; i < rm; i++) out[j][r + i] = v[i];
+        }
+    }
+    free(mem);
+}
+
+/* ---- batches on AVX-512: packed 16-pair tiles ---------------------------------------------- *
+ * A 512-bit vector holds 16 (row, activation) pairs: lane 4i + j = row i of a group of 4 rows,
+ * activation j of a group of 4 activations. Weights are packed per row group and block with
+ * each row's 4-byte chunk repeated over the 4 lanes of its quarter (and its scales likewise);
+ * activations per group and block as the 4 activations' chunks side by side, broadcast to the
+ * 4 quarters. One vpdpbusd then adds 4 products to each of 16 pairs, and the float steps run
+ * once per 16 pairs. */
+#ifdef QD_512
+#define GR 2 /* row groups (of 4 rows) per tile */
+#ifndef PACK_MIN_ROWS
+#define PACK_MIN_ROWS 4 /* batches from this many activation rows take the packed tiles */
+#endif
+typedef struct pk_block { /* one activation group (4 activations) x one block */
+    uint8_t x[8][16], xl[8][16]; /* chunk c: activation j's bytes 4c..4c+3 at 4j */
+    float dx[4];                 /* d, or d / 256 with q8x2 */
+    int32_t s[2][4], sl[2][4];   /* sums of q (and lo) over each half */
+} pk_block;
+
+typedef struct wpk_block { /* one row group (4 rows) x one block */
+    uint8_t u[8][64];            /* chunk c: row i's bytes 4c..4c+3, 4 times, at 16i */
+    float sc[2][16], mn[2][16];  /* row i's half-h scale / min in lanes 4i..4i+3 */
+} wpk_block;
+
+/* Activations of a in groups of 4 (the last padded with zero activations). */
+static void pack_acts(const kvp_qact *a, pk_block *pk) {
+    int64_t nblk = a->n / QB;
+    int ng = (a->nb + 3) / 4;
+    memset(pk, 0, (size_t)ng * nblk * sizeof *pk);
+    for (int g = 0; g < ng; g++)
+        for (int j = 0; j < 4 && 4 * g + j < a->nb; j++) {
+            const int8_t *q = a->q + (size_t)(4 * g + j) * a->n, *l = a->lo ? a->lo + (size_t)(4 * g + j) * a->n : NULL;
+            const float *d = a->d + (size_t)(4 * g + j) * nblk;
+            for (int64_t b = 0; b < nblk; b++) {
+                pk_block *p = &pk[(size_t)g * nblk + b];
+                p->dx[j] = l ? d[b] * (1.0f / 256.0f) : d[b];
+                for (int k = 0; k < 32; k++) {
+                    p->x[k / 4][4 * j + k % 4] = (uint8_t)q[b * QB + k];
+                    p->s[k / 16][j] += q[b * QB + k];
+                    if (l) {
+                        p->xl[k / 4][4 * j + k % 4] = (uint8_t)l[b * QB + k];
+                        p->sl[k / 16][j] += l[b * QB + k];
+                    }
+                }
+            }
+        }
+}
+
+/* Rows [r0, r0 + 4 * GR) packed (rows past r1 get zero weights, never written out). */
+INLINE void pack_rows(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, wpk_block *wp) {
+    const __m512i quad = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i rowsel = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
+    for (int gi = 0; gi < GR; gi++)
+        for (int64_t b = 0; b < nblk; b++) {
+            wpk_block *p = &wp[(size_t)gi * nblk + b];
+            __m256i u[4];
+            float sc[4][2], mn[4][2];
+            for (int i = 0; i < 4; i++) {
+                int64_t r = r0 + 4 * gi + i;
+                u[i] = _mm256_setzero_si256();
+                sc[i][0] = sc[i][1] = mn[i][0] = mn[i][1] = 0.0f;
+                if (r < r1) load_block(t, w + (size_t)r * rb, b, &u[i], sc[i], mn[i]);
+            }
+            /* chunk c of rows 0..3, each 4 times: one two-source permute of the 4 rows */
+            __m512i z01 = _mm512_inserti64x4(_mm512_castsi256_si512(u[0]), u[1], 1);
+            __m512i z23 = _mm512_inserti64x4(_mm512_castsi256_si512(u[2]), u[3], 1);
+            for (int c = 0; c < 8; c++)
+                _mm512_storeu_si512(p->u[c], _mm512_permutex2var_epi32(z01, _mm512_add_epi32(rowsel, _mm512_set1_epi32(c)), z23));
+            for (int h = 0; h < 2; h++) {
+                __m128 s4 = _mm_setr_ps(sc[0][h], sc[1][h], sc[2][h], sc[3][h]), m4 = _mm_setr_ps(mn[0][h], mn[1][h], mn[2][h], mn[3][h]);
+                _mm512_storeu_ps(p->sc[h], _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(s4)));
+                _mm512_storeu_ps(p->mn[h], _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(m4)));
+            }
+        }
+}
+
+/* GR row groups x ng activation groups (ng compile-time). */
+INLINE void tile16(int t, int ng, int lo, int64_t nblk, const wpk_block *wp, const pk_block *pk, __m512 acc[GR][3]) {
+    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
+    for (int gi = 0; gi < GR; gi++)
+        for (int g = 0; g < ng; g++) acc[gi][g] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        __m512 tt[GR][3];
+        for (int h = 0; h < H; h++) {
+            const int c0 = H == 2 ? 4 * h : 0, c1 = H == 2 ? c0 + 4 : 8;
+            __m512i I[GR][3], IL[GR][3];
+            for (int g = 0; g < ng; g++) {
+                const pk_block *p = &pk[(size_t)g * nblk + b];
+                __m128i s = _mm_loadu_si128((const __m128i *)p->s[0]), sl = _mm_loadu_si128((const __m128i *)p->sl[0]);
+                if (H == 2 && h) s = _mm_loadu_si128((const __m128i *)p->s[1]), sl = _mm_loadu_si128((const __m128i *)p->sl[1]);
+                if (H == 1) {
+                    s = _mm_add_epi32(s, _mm_loadu_si128((const __m128i *)p->s[1]));
+                    sl = _mm_add_epi32(sl, _mm_loadu_si128((const __m128i *)p->sl[1]));
+                }
+                __m512i src = os >= 0 ? _mm512_broadcast_i32x4(_mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(s, os)))
+                                      : _mm512_setzero_si512();
+                __m512i srcl = os >= 0 ? _mm512_broadcast_i32x4(_mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(sl, os)))
+                                       : _mm512_setzero_si512();
+                for (int gi = 0; gi < GR; gi++) I[gi][g] = src, IL[gi][g] = srcl;
+            }
+            for (int c = c0; c < c1; c++) {
+                __m512i wv[GR];
+                for (int gi = 0; gi < GR; gi++) wv[gi] = _mm512_loadu_si512(wp[(size_t)gi * nblk + b].u[c]);
+                for (int g = 0; g < ng; g++) {
+                    const pk_block *p = &pk[(size_t)g * nblk + b];
+                    __m512i xv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p->x[c]));
+                    for (int gi = 0; gi < GR; gi++) I[gi][g] = _mm512_dpbusd_epi32(I[gi][g], wv[gi], xv);
+                    if (lo) {
+                        __m512i xlv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p->xl[c]));
+                        for (int gi = 0; gi < GR; gi++) IL[gi][g] = _mm512_dpbusd_epi32(IL[gi][g], wv[gi], xlv);
+                    }
+                }
+            }
+            for (int gi = 0; gi < GR; gi++) {
+                __m512 scv = _mm512_loadu_ps(wp[(size_t)gi * nblk + b].sc[h]);
+                for (int g = 0; g < ng; g++) {
+                    __m512i Iv = lo ? _mm512_add_epi32(_mm512_slli_epi32(I[gi][g], 8), IL[gi][g]) : I[gi][g];
+                    __m512 f = _mm512_cvtepi32_ps(Iv);
+                    tt[gi][g] = h == 0 ? _mm512_mul_ps(scv, f) : _mm512_fmadd_ps(scv, f, tt[gi][g]);
+                }
+            }
+        }
+        for (int g = 0; g < ng; g++) {
+            const pk_block *p = &pk[(size_t)g * nblk + b];
+            if (mins)
+                for (int h = 0; h < H; h++) {
+                    __m128i s = _mm_loadu_si128((const __m128i *)p->s[h]), sl = _mm_loadu_si128((const __m128i *)p->sl[h]);
+                    if (H == 1) {
+                        s = _mm_add_epi32(s, _mm_loadu_si128((const __m128i *)p->s[1]));
+                        sl = _mm_add_epi32(sl, _mm_loadu_si128((const __m128i *)p->sl[1]));
+                    }
+                    if (lo) s = _mm_add_epi32(_mm_slli_epi32(s, 8), sl);
+                    __m512 sv = _mm512_broadcast_f32x4(_mm_cvtepi32_ps(s));
+                    for (int gi = 0; gi < GR; gi++)
+                        tt[gi][g] = _mm512_fmadd_ps(_mm512_loadu_ps(wp[(size_t)gi * nblk + b].mn[h]), sv, tt[gi][g]);
+                }
+            __m512 dxv = _mm512_broadcast_f32x4(_mm_loadu_ps(p->dx));
+            for (int gi = 0; gi < GR; gi++) acc[gi][g] = _mm512_fmadd_ps(dxv, tt[gi][g], acc[gi][g]);
+        }
+    }
+}
+
+INLINE void qdot_gemm(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
+                      const pk_block *pk, wpk_block *wp, float *const *out) {
+    int64_t nblk = n / QB;
+    int ng = (a->nb + 3) / 4;
+    const int NG = lo ? 2 : 3; /* activation groups per tile: all accumulators in registers */
+    for (int64_t r = r0; r < r1; r += 4 * GR) {
+        pack_rows(t, w, rb, nblk, r, r1, wp);
+        for (int g0 = 0; g0 < ng; g0 += NG) {
+            int k = ng - g0 < NG ? ng - g0 : NG;
+            __m512 acc[GR][3];
+            const pk_block *p = pk + (size_t)g0 * nblk;
+            if (k == 3) tile16(t, 3, lo, nblk, wp, p, acc);
+            else if (k == 2) tile16(t, 2, lo, nblk, wp, p, acc);
+            else tile16(t, 1, lo, nblk, wp, p, acc);
+            for (int gi = 0; gi < GR; gi++)
+                for (int g = 0; g < k; g++) {
+                    float v[16];
+                    _mm512_storeu_ps(v, acc[gi][g]);
+                    for (int i = 0; i < 4; i++)
+                        for (int j = 0; j < 4; j++) {
+                            int64_t row = r + 4 * gi + i;
+                            int act = 4 * (g0 + g) + j;
+                            if (row < r1 && act < a->nb) out[act][row] = v[4 * i + j];
+                        }
+                }
+        }
+    }
+}
+#endif /* QD_512 */
+
+/* One instance per (type, q8 or q8x2): compile-time constants throughout. */
+#ifdef QD_512
+#define QDOT_GEMM(T, LO) qdot_gemm(T, LO, w, row_bytes, n, r0, r1, a, pk, wp, out)
+#else
+#define QDOT_GEMM(T, LO) (void)0
+#endif
+#define QDOT_CASE(T)                                                                                                   \
+    case T:                                                                                                            \
+        if (pk) {                                                                                                      \
+            if (a->lo) QDOT_GEMM(T, 1);                                                                                \
+            else QDOT_GEMM(T, 0);                                                                                      \
+        } else if (a->lo) {                                                                                            \
+            if (wb) qdot_small(T, 1, w, row_bytes, n, r0, r1, a, wb, out);                                             \
+            else qdot_decode(T, 1, w, row_bytes, n, r0, r1, a, out);                                                   \
+        } else {                                                                                                       \
+            if (wb) qdot_small(T, 0, w, row_bytes, n, r0, r1, a, wb, out);                                             \
+            else qdot_decode(T, 0, w, row_bytes, n, r0, r1, a, out);                                                   \
+        }                                                                                                              \
+        break;
+#endif /* QD_AVX2 */
+
+static int qd_row_multiple(void) {
+#ifdef QD_AVX2
+    return DR;
+#else
+    return 1;
+#endif
+}
+
+static size_t qd_pack_bytes(const kvp_qact *a) {
+#ifdef QD_512
+    return a->nb >= PACK_MIN_ROWS ? (size_t)((a->nb + 3) / 4) * (size_t)(a->n / QB) * sizeof(pk_block) : 0;
+#else
+    (void)a;
+    return 0;
+#endif
+}
+
+static void qd_pack(kvp_qact *a, void *buf) {
+#ifdef QD_512
+    if (qd_pack_bytes(a)) {
+        pack_acts(a, buf);
+        a->pk = buf;
+        return;
+    }
+#endif
+    (void)buf;
+    a->pk = NULL;
+}
+
+static void qd_rows(enum kvp_type type, const void *weights, size_t row_bytes, int64_t r0, int64_t r1,
+                   const kvp_qact *a, float *const *out) {
+    const uint8_t *w = weights;
+    int64_t n = a->n;
+#ifdef QD_AVX2
+    int64_t nblk = n / QB;
+    void *mem = NULL, *amem = NULL;
+    wbuf buf = {0}, *wb = NULL;
+    const void *pk = NULL;
+    void *wp = NULL;
+#ifdef QD_512
+    /* Batches take the packed 16-pair tiles (activations packed by the caller, or here). */
+    size_t pb = qd_pack_bytes(a);
+    if (pb && (wp = mem = aligned_alloc(64, (size_t)GR * nblk * sizeof(wpk_block)))) {
+        if (!(pk = a->pk) && (amem = malloc(pb))) pack_acts(a, amem), pk = amem;
+        if (!pk) wp = NULL;
+    }
+#endif
+    /* Otherwise batches wider than one tile unpack each row tile once for all of them. Without
+     * memory for either, the fused path gives the same bits. */
+    if (!pk && a->nb > SRN) {
+        free(mem);
+        if ((mem = aligned_alloc(32, (size_t)RM * nblk * (32 + 16)))) {
+            buf = (wbuf){(__m256i *)mem, (float *)((__m256i *)mem + RM * nblk), (float *)((__m256i *)mem + RM * nblk) + 2 * RM * nblk, nblk};
+            wb = &buf;
+        }
+    }
+    (void)wp;
+    switch (type) {
+        QDOT_CASE(KVP_TYPE_Q4_0)
+        QDOT_CASE(KVP_TYPE_Q4_1)
+        QDOT_CASE(KVP_TYPE_Q5_0)
+        QDOT_CASE(KVP_TYPE_Q5_1)
+        QDOT_CASE(KVP_TYPE_Q8_0)
+        QDOT_CASE(KVP_TYPE_Q2_K)
+        QDOT_CASE(KVP_TYPE_Q3_K)
+        QDOT_CASE(KVP_TYPE_Q4_K)
+        QDOT_CASE(KVP_TYPE_Q5_K)
+        QDOT_CASE(KVP_TYPE_Q6_K)
+    default:
+        break;
+    }
+    free(mem);
+    free(amem);
+#else
+    qdot_portable(type, w, row_bytes, n, r0, r1, a, out);
+#endif
+}
+
+const kvp_qkernels QD_TABLE = {QD_ISA, qd_quantize_row, qd_quantize_row2, qd_pack_bytes, qd_pack, qd_rows, qd_row_multiple};
