@@ -5,7 +5,14 @@ results.jsonl(.gz): with a log-likelihood read-out, the mean change of the gold 
 log-probability against the clean run; and, for every (L, W), BLANK against ZERO paired on
 the same examples (discordant counts, exact two-sided McNemar p).
 
+A clean-only run (a baseline) gives one row instead: pass@1 with its Wilson interval, the
+generation lengths (median / 90th / 99th percentile) and how many answers the token limit cut
+(and of those, how many loop). --kv-policy cells get their own table: each policy's accuracy
+against the compression of the prompt K/V (1 - prompt_kv_own), next to the blank (scaffold)
+and drop-content cells.
+
   python3 tools/results_tables.py DIR [DIR...]      (standard library only)
+  python3 tools/results_tables.py --baselines DIR [DIR...]   one table row per baseline run
 """
 import csv
 import gzip
@@ -83,6 +90,50 @@ def record_tables(d, run):
     return out
 
 
+def wilson(k, n, z=1.959963984540054):
+    p, den = k / n, 1 + z * z / n
+    c, h = (p + z * z / (2 * n)) / den, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, c - h), min(1.0, c + h)
+
+
+def baseline_row(d):
+    """| run | dataset | n | pass | pass@1 [CI] | steps p50 / p90 / p99 | cut by the limit (looping) |"""
+    run = json.load(open(os.path.join(d, "run.json")))
+    recs = [r for r in records(d) if r["condition"] == "clean"]
+    n, k = len(recs), sum(r["score"] for r in recs)
+    lo, hi = wilson(k, n)
+    steps = sorted(r["decode_steps"] for r in recs)
+    cut = [r for r in recs if r.get("stop_reason") == "max_tokens"]
+    pct = lambda q: steps[min(n - 1, int(q * n))]
+    return (f"| {os.path.basename(d.rstrip('/'))} | {run['dataset']} | {n} | {k:.0f} | {100 * k / n:.1f} "
+            f"[{100 * lo:.1f}, {100 * hi:.1f}] | {pct(0.5)} / {pct(0.9)} / {pct(0.99)} | {run['max_new_tokens']} | "
+            f"{len(cut)} ({sum(1 for r in cut if r.get('looped'))}) |")
+
+
+def baselines(dirs):
+    return "\n".join(["| run | dataset | n | pass | pass@1 [95% CI] | decode steps p50 / p90 / p99 | limit | "
+                      "cut by the limit (of them looping) |", "|---|---|---|---|---|---|---|---|"]
+                     + [baseline_row(d) for d in dirs])
+
+
+def policy_table(rows, n_layer):
+    """The KV-policy race: every --kv-policy cell and the blank / drop-content cells."""
+    pts = [r for r in rows if ":" in r["condition"] or r["condition"] in ("blank", "drop-content")]
+    pts = [r for r in pts if r.get("prompt_kv_own", "") != ""]
+    if not any(":" in r["condition"] for r in pts):
+        return []
+    out = ["**KV policies: accuracy against compression of the prompt K/V** (compression = 1 - prompt_kv_own: "
+           "the share of the prompt's K/V entries a sequence does not hold of its own; blank = the scaffold "
+           "policy, whose layers >= L read the shared scaffold cache):", "",
+           "| policy | L | W | compression | accuracy | 95% CI |", "|---|---|---|---|---|---|"]
+    key = lambda r: (r["condition"].split(":")[0], -float(r["prompt_kv_own"]), int(r["W"]))
+    for r in sorted(pts, key=key):
+        out.append(f"| {r['condition']} | {r['L']} | {r['W']} | {100 * (1 - float(r['prompt_kv_own'])):.1f}% | "
+                   f"{float(r['accuracy']):.3f} ({round(float(r['accuracy']) * int(r['n']))}) | "
+                   f"[{float(r['ci95_low']):.3f}, {float(r['ci95_high']):.3f}] |")
+    return out + [""]
+
+
 def tables(d):
     rows = list(csv.DictReader(open(os.path.join(d, "summary.csv"))))
     run = json.load(open(os.path.join(d, "run.json")))
@@ -97,7 +148,7 @@ def tables(d):
            f"95% CI [{float(clean['ci95_low']):.3f}, {float(clean['ci95_high']):.3f}])", ""]
     by = defaultdict(dict)
     for r in rows:
-        if r["condition"] != "clean":
+        if r["condition"] != "clean" and ":" not in r["condition"]:  # policies: their own table
             by[r["condition"]][(int(r["L"]), int(r["W"]))] = r
     for metric, title, fmt in (("accuracy", "accuracy (correct of n)", None), ("mean_kl", "mean KL(clean || edited), nats", "{:.2f}"),
                                ("mean_agreement", "token agreement with the clean continuation", "{:.2f}")):
@@ -122,11 +173,17 @@ def tables(d):
                 out.append(f"| {c} | {L} | " + " | ".join(cells) + " |")
         out.append("")
     out += record_tables(d, run)
+    out += policy_table(rows, int(clean["L"]))
     name = os.path.basename(d.rstrip("/"))
     figs = [f"[heatmap {c}](results/{name}/heatmap_{c}.svg)" for c in run["conditions"] if c != "clean"]
+    if run.get("kv_policies"):
+        figs.append(f"[KV policies](results/{name}/kv_policies.svg)")
     out.append("Figures: " + ", ".join(figs) + f", [report](results/{name}/report.html).")
     return "\n".join(out)
 
 
 if __name__ == "__main__":
-    print("\n\n".join(tables(d) for d in sys.argv[1:]))
+    if sys.argv[1:2] == ["--baselines"]:
+        print(baselines(sys.argv[2:]))
+    else:
+        print("\n\n".join(tables(d) for d in sys.argv[1:]))

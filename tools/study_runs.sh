@@ -31,7 +31,14 @@ L05="--layers 0,6,12,15,18,21"   # 24 layers
 PEERS=""
 for b in 0.75 0.5 0.25 0.125; do PEERS="$PEERS --kv-policy streaming:budget=$b --kv-policy h2o:budget=$b --kv-policy snapkv:budget=$b"; done
 
-runs="base05-humaneval base05-mbpp base05-gsm8k base15-humaneval base15-mbpp base15-gsm8k smollm2-mbpp qwen15-humaneval qwen05-gsm8k qwen15-mbpp"
+# The race's own grids (issue 13, the tasks the study grids do not cover): the scaffold policy
+# (blank) and drop-content at L giving 0 / ~12.5 / 25 / 50 / 75% of the prompt K/V, from the
+# first step (W = 0) and after 16 tokens, against the same peers
+RACE="--conditions clean,blank,drop-content --steps 0,16"
+R15="--layers 0,4,7,14,21"        # 28 layers
+R05="--layers 0,3,6,12,18"        # 24 layers
+
+runs="base05-humaneval base05-mbpp base05-gsm8k base15-humaneval base15-mbpp base15-gsm8k smollm2-mbpp qwen05-gsm8k race05-humaneval qwen15-humaneval qwen15-mbpp race15-gsm8k"
 
 cmd() {
     case $1 in
@@ -46,6 +53,8 @@ cmd() {
     qwen15-humaneval) echo "-m $Q15 --dataset humaneval $GRID $L15 $PEERS --out runs/qwen15-humaneval" ;;
     qwen05-gsm8k) echo "-m $Q05 --dataset gsm8k:100 $GRID $L05 $PEERS --out runs/qwen05-gsm8k" ;;
     qwen15-mbpp) echo "-m $Q15 --dataset mbpp:100 $GRID $L15 $PEERS --out runs/qwen15-mbpp" ;;
+    race05-humaneval) echo "-m $Q05 --dataset humaneval $RACE $R05 $PEERS --out runs/race05-humaneval" ;;
+    race15-gsm8k) echo "-m $Q15 --dataset gsm8k:100 $RACE $R15 $PEERS --out runs/race15-gsm8k" ;;
     *) echo "unknown run '$1' (sh $0 --list)" >&2; return 1 ;;
     esac
 }
