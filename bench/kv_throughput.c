@@ -122,7 +122,7 @@ static int run_policy(kvp_model *m, kvp_ctx *ctx, const kvp_tokenizer *tok, cons
             for (b = a; b < pr->p[i].n && pr->p[i].seg[b] == pr->p[i].seg[a]; b++) {}
             if (pr->p[i].seg[a] == KVP_SEG_USER && b - a > max_user) max_user = b - a;
         }
-    if (!rc && pol->kind == KVP_POLICY_SCAFFOLD && !(sc = kvp_scaffold_new(m, ctx, tok, NULL, max_user, KVP_KV_F32, err)))
+    if (!rc && pol->kind == KVP_POLICY_SCAFFOLD && !(sc = kvp_scaffold_new(m, ctx, tok, NULL, max_user, pol->layer_from, KVP_KV_F32, err)))
         rc = err->code;
     size_t held = 0, growth = 0, page_bytes = 0;
     double t0 = now_s();

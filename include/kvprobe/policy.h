@@ -87,9 +87,12 @@ int kvp_keep_snapkv(const float *votes, int n, int budget, int window, int kerne
  * cache holds each position once. Positions are the request's own, so no K needs re-rotation. */
 typedef struct kvp_scaffold kvp_scaffold;
 
-/* Donors are computed with ctx (a context of model m); filler NULL = KVP_DEFAULT_FILLER. */
+/* Donors are computed with ctx (a context of model m); filler NULL = KVP_DEFAULT_FILLER.
+ * layer_from: the lowest layer the requests read (the policy's L; 0 = every layer): each
+ * request's own donor then holds only layers >= layer_from (the long filler runs keep every
+ * layer, since donors are extended from them). */
 kvp_scaffold *kvp_scaffold_new(const kvp_model *m, kvp_ctx *ctx, const kvp_tokenizer *tok, const char *filler,
-                               int max_filler, kvp_kv_type type, kvp_error *err);
+                               int max_filler, int layer_from, kvp_kv_type type, kvp_error *err);
 void kvp_scaffold_free(kvp_scaffold *s);
 /* The donor cache for prompt p: it holds positions [0, p->n - 1) of p's BLANK donor (and
  * maybe more). Owned by the scaffold cache; valid until kvp_scaffold_free. */

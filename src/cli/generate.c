@@ -254,7 +254,7 @@ int cmd_generate(int argc, char **argv) {
     kvp_prompt pp = {.ids = prompt, .n = n_prompt, .seg = chat_prompt.seg};
     kvp_policy_run run = {&o.policy, ctx, kv, &pp, NULL, 0};
     if (o.kv_policy && o.policy.kind == KVP_POLICY_SCAFFOLD &&
-        !(run.scaffold = scaffold = kvp_scaffold_new(m, ctx, tok, NULL, 0, kvp_kv_dtype(kv), &err)))
+        !(run.scaffold = scaffold = kvp_scaffold_new(m, ctx, tok, NULL, 0, o.policy.layer_from, kvp_kv_dtype(kv), &err)))
         goto fail;
     double t0 = now_s();
     if (!o.kv_policy) {

@@ -8,7 +8,8 @@
 typedef struct donor {
     int32_t *ids;
     int n;
-    kvp_kv *kv; /* holds exactly ids[0, n) */
+    kvp_kv *kv;  /* holds exactly ids[0, n) */
+    int trimmed; /* layers below layer_from evicted: serves requests, never extended */
 } donor;
 
 struct kvp_scaffold {
@@ -19,6 +20,7 @@ struct kvp_scaffold {
     int32_t *fill; /* the filler's tokens */
     int n_fill;
     int max_filler;
+    int layer_from; /* requests read layers >= layer_from only */
     kvp_kv_type type;
     donor *d;
     int n, cap;
@@ -38,7 +40,7 @@ void kvp_scaffold_free(kvp_scaffold *s) {
 }
 
 kvp_scaffold *kvp_scaffold_new(const kvp_model *m, kvp_ctx *ctx, const kvp_tokenizer *tok, const char *filler,
-                               int max_filler, kvp_kv_type type, kvp_error *err) {
+                               int max_filler, int layer_from, kvp_kv_type type, kvp_error *err) {
     kvp_scaffold *s = calloc(1, sizeof *s);
     if (!filler) filler = KVP_DEFAULT_FILLER;
     if (!s || !(s->filler = strdup(filler))) {
@@ -46,7 +48,8 @@ kvp_scaffold *kvp_scaffold_new(const kvp_model *m, kvp_ctx *ctx, const kvp_token
         kvp_fail(err, KVP_E_NOMEM, "out of memory");
         return NULL;
     }
-    *s = (kvp_scaffold){m, ctx, tok, s->filler, NULL, 0, max_filler > 0 ? max_filler : 0, type, NULL, 0, 0, 0};
+    *s = (kvp_scaffold){m, ctx, tok, s->filler, NULL, 0, max_filler > 0 ? max_filler : 0, layer_from > 0 ? layer_from : 0,
+                        type, NULL, 0, 0, 0};
     if (kvp_tokenize(tok, filler, strlen(filler), 0, 0, &s->fill, &s->n_fill, err)) {
         kvp_scaffold_free(s);
         return NULL;
@@ -65,11 +68,13 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     return i;
 }
 
-/* The cached donor sharing the longest token prefix with ids[0, n); *lcp its length. */
-static int best_match(const kvp_scaffold *s, const int32_t *ids, int n, int *lcp) {
+/* The cached donor sharing the longest token prefix with ids[0, n) (of those that can be
+ * extended, if `extend`); *lcp its length. */
+static int best_match(const kvp_scaffold *s, const int32_t *ids, int n, int extend, int *lcp) {
     int best = -1;
     *lcp = 0;
     for (int i = 0; i < s->n; i++) {
+        if (extend && s->d[i].trimmed) continue;
         int c = common_prefix(s->d[i].ids, s->d[i].n, ids, n);
         if (best < 0 || c > *lcp) best = i, *lcp = c;
     }
@@ -80,9 +85,12 @@ static int best_match(const kvp_scaffold *s, const int32_t *ids, int n, int *lcp
  * large capacity costs nothing and lets any donor be extended. */
 #define DONOR_CTX (1 << 20)
 
-/* Cache ids[0, n): the best match's first lcp positions (pages shared) plus the rest computed. */
-static const kvp_kv *add(kvp_scaffold *s, const int32_t *ids, int n, kvp_error *err) {
-    int lcp, b = best_match(s, ids, n, &lcp);
+/* Cache ids[0, n): the best match's first lcp positions (pages shared) plus the rest computed.
+ * A `leaf` (one request's donor, not a long filler run) then drops its layers below
+ * layer_from, which no request reads: its own pages (the closing scaffold, the page where it
+ * leaves the shared prefix) are then held only where they serve. */
+static const kvp_kv *add(kvp_scaffold *s, const int32_t *ids, int n, int leaf, kvp_error *err) {
+    int lcp, b = best_match(s, ids, n, 1, &lcp);
     if (b >= 0 && lcp == n && s->d[b].n == n) return s->d[b].kv;
     if (n > DONOR_CTX) {
         kvp_fail(err, KVP_E_INVALID, "scaffold cache: a donor of %d tokens exceeds %d", n, DONOR_CTX);
@@ -98,7 +106,7 @@ static const kvp_kv *add(kvp_scaffold *s, const int32_t *ids, int n, kvp_error *
         s->d = d;
         s->cap = cap;
     }
-    donor e = {malloc((size_t)(n ? n : 1) * sizeof(int32_t)), n, NULL};
+    donor e = {malloc((size_t)(n ? n : 1) * sizeof(int32_t)), n, NULL, 0};
     if (!e.ids) {
         kvp_fail(err, KVP_E_NOMEM, "out of memory");
         return NULL;
@@ -119,6 +127,14 @@ static const kvp_kv *add(kvp_scaffold *s, const int32_t *ids, int n, kvp_error *
         return NULL;
     }
     s->computed += n - lcp;
+    if (leaf && s->layer_from > 0 && n > 0) {
+        if (kvp_kv_evict(e.kv, 0, s->layer_from < kvp_kv_n_layer(e.kv) ? s->layer_from : kvp_kv_n_layer(e.kv), 0, n, err)) {
+            kvp_kv_free(e.kv);
+            free(e.ids);
+            return NULL;
+        }
+        e.trimmed = 1;
+    }
     s->d[s->n++] = e;
     return e.kv;
 }
@@ -134,7 +150,7 @@ const kvp_kv *kvp_scaffold_donor(kvp_scaffold *s, const kvp_prompt *p, kvp_error
      * which every later prompt's user content (a cut of the same run) shares. */
     if (u0 < n && s->max_filler > 0) {
         int lcp;
-        best_match(s, d.ids, n, &lcp);
+        best_match(s, d.ids, n, 1, &lcp);
         int run = u0;
         while (run < d.n && d.seg[run] == KVP_SEG_USER) run++;
         if (lcp < run && run - u0 <= s->max_filler) {
@@ -146,7 +162,7 @@ const kvp_kv *kvp_scaffold_donor(kvp_scaffold *s, const kvp_prompt *p, kvp_error
             }
             memcpy(seed, d.ids, (size_t)u0 * sizeof *seed);
             for (int i = 0; i < s->max_filler; i++) seed[u0 + i] = s->fill[i % s->n_fill];
-            const kvp_kv *ok = add(s, seed, u0 + s->max_filler, err);
+            const kvp_kv *ok = add(s, seed, u0 + s->max_filler, 0, err);
             free(seed);
             if (!ok) {
                 kvp_prompt_free(&d);
@@ -154,8 +170,8 @@ const kvp_kv *kvp_scaffold_donor(kvp_scaffold *s, const kvp_prompt *p, kvp_error
             }
         }
     }
-    int lcp, b = best_match(s, d.ids, n, &lcp);
-    kv = b >= 0 && lcp == n ? s->d[b].kv : add(s, d.ids, n, err); /* a longer donor serves too: K/V are causal */
+    int lcp, b = best_match(s, d.ids, n, 0, &lcp);
+    kv = b >= 0 && lcp == n ? s->d[b].kv : add(s, d.ids, n, 1, err); /* a longer donor serves too: K/V are causal */
     kvp_prompt_free(&d);
     return kv;
 }

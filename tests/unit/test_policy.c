@@ -179,7 +179,7 @@ int main(void) {
         have = kvp_chat_prompt(tok, &tmpl, &msg, 1, 1, &pr[i], &err) == 0;
     }
     const kvp_hparams *hp = m ? kvp_model_hparams(m) : NULL;
-    kvp_scaffold *sc = have ? kvp_scaffold_new(m, c, tok, NULL, 256, KVP_KV_F32, &err) : NULL;
+    kvp_scaffold *sc = have ? kvp_scaffold_new(m, c, tok, NULL, 256, 0, KVP_KV_F32, &err) : NULL;
 
     TEST("scaffold: shared donors equal the sweep's per-request BLANK donors bit for bit") {
         CHECK(sc, "%s: %s", path, err.msg);
@@ -245,6 +245,27 @@ int main(void) {
         kvp_kv_free(ref);
         kvp_kv_free(own);
         kvp_prompt_free(&d);
+    }
+
+    TEST("scaffold: a cache for layers >= L serves the same requests and holds less") {
+        CHECK(sc, "no scaffold cache");
+        int L = hp->n_layer / 2;
+        char spec[64];
+        snprintf(spec, sizeof spec, "scaffold:L=%d,W=0", L);
+        kvp_kv_policy_parse(spec, &p, &err);
+        kvp_scaffold *tr = kvp_scaffold_new(m, c, tok, NULL, 256, L, KVP_KV_F32, &err);
+        CHECK(tr, "%s", err.msg);
+        for (int i = 0; tr && i < NP; i++) {
+            kvp_kv *a = request(m, c, &pr[i], &p, sc, 0, &err), *b = request(m, c, &pr[i], &p, tr, 0, &err);
+            CHECK(a && b && same_kv(a, b, 0, hp->n_layer, 0, kvp_kv_len(a)), "prompt %d: requests differ", i);
+            kvp_kv_free(a);
+            kvp_kv_free(b);
+        }
+        size_t full = 0, trimmed = 0;
+        CHECK(tr && !kvp_scaffold_bytes(sc, &full, &err) && !kvp_scaffold_bytes(tr, &trimmed, &err), "%s", err.msg);
+        NOTE("scaffold cache for %d prompts: %zu bytes with every layer, %zu for layers >= %d", NP, full, trimmed, L);
+        CHECK(trimmed < full, "no saving");
+        kvp_scaffold_free(tr);
     }
 
     TEST("scaffold: N sequences hold what the page accounting says, and the allocator agrees") {
