@@ -112,6 +112,9 @@ const char *kvp_qdot_isa(void);
 /* ---- kernel variants, chosen at run time ------------------------------------------------
  * One build holds the integer kernels for several instruction sets; a context picks one
  * (kvp_ctx_params.kernels), the functions above use the default:
+ *   amx-int8          batches of 16+ on AMX tiles (16 rows x 16 activations per product), the
+ *                     rest as avx512-vnni (Intel Sapphire Rapids and later; Linux grants the
+ *                     tile state on request)
  *   avx512-vnni       VNNI, 512-bit packed tiles for batches of 4+ (AVX-512 F/BW/VL + VNNI)
  *   avx512-vnni-256   the same instructions at 256 bits only (no 512-bit tiles)
  *   avx-vnni          VEX-coded VNNI, 256 bits (AVX-VNNI: Alder Lake and later)

@@ -7,12 +7,34 @@
 
 #include "kvprobe/tensor.h"
 
-extern const kvp_qkernels kvp_qk_avx512, kvp_qk_avx512_256, kvp_qk_avxvnni, kvp_qk_avx2, kvp_qk_portable;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <cpuid.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#endif
+
+extern const kvp_qkernels kvp_qk_amx, kvp_qk_avx512, kvp_qk_avx512_256, kvp_qk_avxvnni, kvp_qk_avx2, kvp_qk_portable;
 
 /* Preference order: the first this CPU runs is the default. */
-static const kvp_qkernels *const VARIANTS[] = {&kvp_qk_avx512, &kvp_qk_avx512_256, &kvp_qk_avxvnni, &kvp_qk_avx2,
-                                               &kvp_qk_portable};
+static const kvp_qkernels *const VARIANTS[] = {&kvp_qk_amx,     &kvp_qk_avx512, &kvp_qk_avx512_256, &kvp_qk_avxvnni,
+                                               &kvp_qk_avx2,    &kvp_qk_portable};
 #define N_VARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* AMX-INT8 in cpuid, and the kernel's permission to use the tile state (Linux asks each
+ * process to request it: arch_prctl ARCH_REQ_XCOMP_PERM; granting it again is harmless). */
+static int amx_usable(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return 0;
+#ifdef __linux__
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+    return 0;
+#endif
+}
+#endif
 
 /* Can this CPU run the kernels compiled as `name`? (A compiler without target pragmas builds
  * every file as portable C, so a table's name is what it was compiled as, not its file's.) */
@@ -25,6 +47,7 @@ static int cpu_runs(const char *name) {
                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                  __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vnni");
     if (!strcmp(name, "avx512-vnni") || !strcmp(name, "avx512-vnni-256")) return avx512;
+    if (!strcmp(name, "amx-int8")) return avx512 && amx_usable();
     if (!strcmp(name, "avx-vnni")) return avx2 && __builtin_cpu_supports("avxvnni");
     if (!strcmp(name, "avx2")) return avx2;
 #endif

@@ -73,7 +73,13 @@ static inline float f16_at(const uint8_t *p) {
 }
 
 /* What this instance was compiled as: the variant's name in the kernel table. */
-#if defined(QD_512)
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(QD_512)
+#define QD_AMX 1 /* batches of AMX_MIN_ROWS+ on AMX tiles (the rest as avx512-vnni) */
+#endif
+
+#if defined(QD_AMX)
+#define QD_ISA "amx-int8"
+#elif defined(QD_512)
 #define QD_ISA "avx512-vnni"
 #elif defined(QD_VNNI) && defined(__AVX512VNNI__)
 #define QD_ISA "avx512-vnni-256"
@@ -1029,6 +1035,202 @@ INLINE void qdot_gemm(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int
 }
 #endif /* QD_512 */
 
+/* ---- batches on AMX-INT8: 16 rows x 16 activations per tile ----------------------------------- *
+ * One TDPBUSD gives a block's integer dots for 16 weight rows x 16 activations: A = the rows'
+ * u (16 x 32 bytes), B = the activations' bytes in the VNNI layout (k-quad r: activation j's
+ * bytes 4r..4r+3 at 4j; 8 x 64), C[row][act] the exact sums. Types with a scale per half take
+ * two K = 16 products per block. C is stored and read back one row per vector (lane =
+ * activation) for the float steps, which follow the recipe pair by pair, blocks in order; the
+ * type's offset is subtracted from the integer sums as the other kernels do. */
+#ifdef QD_AMX
+#define AMX_MIN_ROWS 16 /* batches from this many activation rows take the AMX tiles */
+typedef struct amx_act { /* 16 activations x one block */
+    uint8_t x[8][64], xl[8][64];
+    float dx[16];               /* d, or d / 256 with q8x2 */
+    int32_t s[2][16], sl[2][16]; /* sums of q (and lo) over each half */
+} amx_act;
+
+typedef struct amx_w { /* 16 rows x one block */
+    uint8_t u[16][32];
+    float sc[2][16], mn[2][16];
+} amx_w;
+
+typedef struct amx_cfg { /* LDTILECFG's 64-byte operand (palette 1) */
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+static void pack_acts_amx(const kvp_qact *a, amx_act *pk) {
+    int64_t nblk = a->n / QB;
+    int ng = (a->nb + 15) / 16;
+    memset(pk, 0, (size_t)ng * nblk * sizeof *pk);
+    for (int j = 0; j < a->nb; j++) {
+        const int8_t *q = a->q + (size_t)j * a->n, *l = a->lo ? a->lo + (size_t)j * a->n : NULL;
+        const float *d = a->d + (size_t)j * nblk;
+        int lane = j % 16;
+        for (int64_t b = 0; b < nblk; b++) {
+            amx_act *p = &pk[(size_t)(j / 16) * nblk + b];
+            p->dx[lane] = l ? d[b] * (1.0f / 256.0f) : d[b];
+            for (int k = 0; k < 32; k++) {
+                p->x[k / 4][4 * lane + k % 4] = (uint8_t)q[b * QB + k];
+                p->s[k / 16][lane] += q[b * QB + k];
+                if (l) {
+                    p->xl[k / 4][4 * lane + k % 4] = (uint8_t)l[b * QB + k];
+                    p->sl[k / 16][lane] += l[b * QB + k];
+                }
+            }
+        }
+    }
+}
+
+/* Rows [r0, r0 + 16) (rows past r1 get zero weights, never written out). */
+INLINE void pack_rows_amx(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, amx_w *wp) {
+    for (int i = 0; i < 16; i++) {
+        int64_t r = r0 + i;
+        for (int64_t b = 0; b < nblk; b++) {
+            __m256i u = _mm256_setzero_si256();
+            float sc[2] = {0, 0}, mn[2] = {0, 0};
+            if (r < r1) load_block(t, w + (size_t)r * rb, b, &u, sc, mn);
+            _mm256_storeu_si256((__m256i *)wp[b].u[i], u);
+            wp[b].sc[0][i] = sc[0], wp[b].sc[1][i] = sc[1], wp[b].mn[0][i] = mn[0], wp[b].mn[1][i] = mn[1];
+        }
+    }
+}
+
+/* The integer sums of half h (or of the whole block, H = 1) as X-scaled int32, lane = activation,
+ * minus the type's offset: (I << 8) + IL - off * ((S << 8) + SL) with q8x2, I - off * S with q8 -
+ * the same integers the other kernels form. */
+INLINE __m512i amx_int(int lo, int os, const int32_t *c, const int32_t *cl, __m512i offv) {
+    __m512i I = _mm512_load_si512(c);
+    if (lo) I = _mm512_add_epi32(_mm512_slli_epi32(I, 8), _mm512_load_si512(cl));
+    return os >= 0 ? _mm512_sub_epi32(I, offv) : I;
+}
+
+/* The integer dots of a block for the tile, into tile registers: H = 1 into C tile 0 (and 1,
+ * the lo plane), H = 2 the halves into 0 / 2 (lo: 1 / 3). */
+INLINE void amx_block_issue(int H, int lo, const amx_w *W, const amx_act *P) {
+    if (H == 1) {
+        _tile_loadd(4, W->u, 32);
+        _tile_loadd(6, P->x, 64);
+        _tile_zero(0);
+        _tile_dpbusd(0, 4, 6);
+        if (lo) {
+            _tile_loadd(7, P->xl, 64);
+            _tile_zero(1);
+            _tile_dpbusd(1, 4, 7);
+        }
+        return;
+    }
+    _tile_loadd(4, &W->u[0][0], 32); /* A: u[16h..16h+15] of each row; B: k-quads 4h..4h+3 */
+    _tile_loadd(5, &W->u[0][16], 32);
+    _tile_loadd(6, P->x[0], 64);
+    _tile_loadd(7, P->x[4], 64);
+    _tile_zero(0);
+    _tile_zero(2);
+    _tile_dpbusd(0, 4, 6);
+    _tile_dpbusd(2, 5, 7);
+    if (lo) {
+        _tile_loadd(6, P->xl[0], 64);
+        _tile_loadd(7, P->xl[4], 64);
+        _tile_zero(1);
+        _tile_zero(3);
+        _tile_dpbusd(1, 4, 6);
+        _tile_dpbusd(3, 5, 7);
+    }
+}
+
+/* ... and from the tile registers into c (c[k] = C tile k). */
+INLINE void amx_block_store(int H, int lo, int32_t c[4][16][16]) {
+    _tile_stored(0, c[0], 64);
+    if (lo) _tile_stored(1, c[1], 64);
+    if (H == 2) {
+        _tile_stored(2, c[2], 64);
+        if (lo) _tile_stored(3, c[3], 64);
+    }
+}
+
+/* One row group (16 rows) x one activation group (16) over every block, into acc[row]. The
+ * tile products run two blocks ahead of the float steps: block b + 2's while block b's float
+ * steps read the sums block b + 1's iteration stored (a vector load of a tile store just made
+ * waits for it to reach the cache). */
+INLINE void amx_tile(int t, int lo, int64_t nblk, const amx_w *wp, const amx_act *pk, __m512 acc[16]) {
+    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
+    _Alignas(64) int32_t c2[2][4][16][16];
+    __m512 ac[16];
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) ac[m] = _mm512_setzero_ps();
+    if (nblk > 0) amx_block_issue(H, lo, &wp[0], &pk[0]), amx_block_store(H, lo, c2[0]);
+    if (nblk > 1) amx_block_issue(H, lo, &wp[1], &pk[1]);
+    for (int64_t b = 0; b < nblk; b++) {
+        const amx_w *W = &wp[b];
+        const amx_act *P = &pk[b];
+        if (b + 1 < nblk) amx_block_store(H, lo, c2[(b + 1) & 1]); /* read a block later: loads of */
+        if (b + 2 < nblk) amx_block_issue(H, lo, &wp[b + 2], &pk[b + 2]); /* fresh tile stores stall */
+        int32_t(*cb)[16][16] = c2[b & 1];
+        /* per half: the activations' sums as X (for the offset and the mins) */
+        __m512i S[2];
+        for (int h = 0; h < H; h++) {
+            __m512i sx = _mm512_loadu_si512(P->s[h]), sl = _mm512_loadu_si512(P->sl[h]);
+            if (H == 1) {
+                sx = _mm512_add_epi32(sx, _mm512_loadu_si512(P->s[1]));
+                sl = _mm512_add_epi32(sl, _mm512_loadu_si512(P->sl[1]));
+            }
+            S[h] = lo ? _mm512_add_epi32(_mm512_slli_epi32(sx, 8), sl) : sx;
+        }
+        const __m512i off0 = os >= 0 ? _mm512_slli_epi32(S[0], os) : _mm512_setzero_si512();
+        const __m512i off1 = os >= 0 && H == 2 ? _mm512_slli_epi32(S[1], os) : _mm512_setzero_si512();
+        const __m512 sv0 = _mm512_cvtepi32_ps(S[0]), sv1 = H == 2 ? _mm512_cvtepi32_ps(S[1]) : sv0;
+        const __m512 dxv = _mm512_loadu_ps(P->dx);
+#pragma GCC unroll 16
+        for (int m = 0; m < 16; m++) {
+            __m512 tt = _mm512_mul_ps(_mm512_set1_ps(W->sc[0][m]), _mm512_cvtepi32_ps(amx_int(lo, os, cb[0][m], cb[1][m], off0)));
+            if (H == 2)
+                tt = _mm512_fmadd_ps(_mm512_set1_ps(W->sc[1][m]), _mm512_cvtepi32_ps(amx_int(lo, os, cb[2][m], cb[3][m], off1)), tt);
+            if (mins) {
+                tt = _mm512_fmadd_ps(_mm512_set1_ps(W->mn[0][m]), sv0, tt);
+                if (H == 2) tt = _mm512_fmadd_ps(_mm512_set1_ps(W->mn[1][m]), sv1, tt);
+            }
+            ac[m] = _mm512_fmadd_ps(dxv, tt, ac[m]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; m++) acc[m] = ac[m];
+}
+
+INLINE void qdot_amx(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
+                     const amx_act *pk, amx_w *wp, float *const *out) {
+    int64_t nblk = n / QB;
+    int ng = (a->nb + 15) / 16, H = type_halves(t);
+    amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 4; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;         /* C: 16 rows x 16 int32 */
+    for (int i = 4; i < 6; i++) cfg.rows[i] = 16, cfg.colsb[i] = H == 2 ? 16 : 32; /* A: 16 rows x K bytes */
+    for (int i = 6; i < 8; i++) cfg.rows[i] = H == 2 ? 4 : 8, cfg.colsb[i] = 64;    /* B: K/4 rows x 64 bytes */
+    _tile_loadconfig(&cfg);
+    for (int64_t r = r0; r < r1; r += 16) {
+        pack_rows_amx(t, w, rb, nblk, r, r1, wp);
+        for (int g = 0; g < ng; g++) {
+            __m512 acc[16];
+            amx_tile(t, lo, nblk, wp, pk + (size_t)g * nblk, acc);
+            for (int m = 0; m < 16 && r + m < r1; m++) {
+                float v[16];
+                _mm512_storeu_ps(v, acc[m]);
+                for (int j = 0; j < 16 && 16 * g + j < a->nb; j++) out[16 * g + j][r + m] = v[j];
+            }
+        }
+    }
+    _tile_release();
+}
+#define QDOT_AMX(T, LO) qdot_amx(T, LO, w, row_bytes, n, r0, r1, a, apk, awp, out)
+#define AMX_CASE(T)                                                                                                    \
+    case T:                                                                                                            \
+        if (a->lo) QDOT_AMX(T, 1);                                                                                     \
+        else QDOT_AMX(T, 0);                                                                                           \
+        break;
+#endif /* QD_AMX */
+
 /* One instance per (type, q8 or q8x2): compile-time constants throughout. */
 #ifdef QD_512
 #define QDOT_GEMM(T, LO) qdot_gemm(T, LO, w, row_bytes, n, r0, r1, a, pk, wp, out)
@@ -1051,7 +1253,9 @@ INLINE void qdot_gemm(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int
 #endif /* QD_AVX2 */
 
 static int qd_row_multiple(void) {
-#ifdef QD_AVX2
+#if defined(QD_AMX)
+    return 16; /* AMX row groups */
+#elif defined(QD_AVX2)
     return DR;
 #else
     return 1;
@@ -1059,6 +1263,9 @@ static int qd_row_multiple(void) {
 }
 
 static size_t qd_pack_bytes(const kvp_qact *a) {
+#ifdef QD_AMX
+    if (a->nb >= AMX_MIN_ROWS) return (size_t)((a->nb + 15) / 16) * (size_t)(a->n / QB) * sizeof(amx_act);
+#endif
 #ifdef QD_512
     return a->nb >= PACK_MIN_ROWS ? (size_t)((a->nb + 3) / 4) * (size_t)(a->n / QB) * sizeof(pk_block) : 0;
 #else
@@ -1068,6 +1275,13 @@ static size_t qd_pack_bytes(const kvp_qact *a) {
 }
 
 static void qd_pack(kvp_qact *a, void *buf) {
+#ifdef QD_AMX
+    if (a->nb >= AMX_MIN_ROWS) {
+        pack_acts_amx(a, buf);
+        a->pk = buf;
+        return;
+    }
+#endif
 #ifdef QD_512
     if (qd_pack_bytes(a)) {
         pack_acts(a, buf);
@@ -1089,6 +1303,41 @@ static void qd_rows(enum kvp_type type, const void *weights, size_t row_bytes, i
     wbuf buf = {0}, *wb = NULL;
     const void *pk = NULL;
     void *wp = NULL;
+#ifdef QD_AMX
+    kvp_qact unpacked;
+    /* Wide batches take the AMX tiles (activations packed by the caller, or here); without
+     * memory for them, the packed 16-pair tiles below give the same bits. */
+    if (a->nb >= AMX_MIN_ROWS) {
+        const amx_act *apk = a->pk;
+        amx_w *awp = aligned_alloc(64, (size_t)nblk * sizeof(amx_w));
+        if (awp && !apk && (amem = malloc(qd_pack_bytes(a)))) pack_acts_amx(a, amem), apk = amem;
+        if (awp && apk) {
+            switch (type) {
+                AMX_CASE(KVP_TYPE_Q4_0)
+                AMX_CASE(KVP_TYPE_Q4_1)
+                AMX_CASE(KVP_TYPE_Q5_0)
+                AMX_CASE(KVP_TYPE_Q5_1)
+                AMX_CASE(KVP_TYPE_Q8_0)
+                AMX_CASE(KVP_TYPE_Q2_K)
+                AMX_CASE(KVP_TYPE_Q3_K)
+                AMX_CASE(KVP_TYPE_Q4_K)
+                AMX_CASE(KVP_TYPE_Q5_K)
+                AMX_CASE(KVP_TYPE_Q6_K)
+            default:
+                break;
+            }
+            free(awp);
+            free(amem);
+            return;
+        }
+        free(awp);
+        free(amem);
+        amem = NULL;
+        unpacked = *a; /* its packing is the AMX one */
+        unpacked.pk = NULL;
+        a = &unpacked;
+    }
+#endif
 #ifdef QD_512
     /* Batches take the packed 16-pair tiles (activations packed by the caller, or here). */
     size_t pb = qd_pack_bytes(a);

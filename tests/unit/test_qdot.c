@@ -14,7 +14,7 @@
 
 static const char *TYPES[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"};
 
-#define NB 7 /* activation rows: not a multiple of any tile width */
+#define NB 37 /* activation rows: two AMX groups of 16 and a part, not a multiple of 3 or 4 either */
 
 /* Check the kernel on `rows` weight rows of n elements (W: their exact dequantization) with
  * NB activation rows cycled from Y[yrows][n]. */
@@ -80,8 +80,19 @@ static void check_kernel(const char *title, enum kvp_type type, const void *data
         memset(res2, 0, (size_t)NB * rows * sizeof(float));
         for (int64_t r0 = 0; r0 < rows; r0 += 3) kvp_qdot_rows(type, data, rb, r0, r0 + 3 < rows ? r0 + 3 : rows, &a, outp2);
         same &= memcmp(res, res2, (size_t)NB * rows * sizeof(float)) == 0;
-        /* Batches of 2 and 3 (the decode kernel's multi-activation tiles), odd row splits. */
-        for (int nb = 2; nb <= 3; nb++)
+        /* Activations packed by the caller (as the engine does), odd row splits. */
+        size_t pb = kvp_qact_pack_bytes(&a);
+        void *pbuf = pb ? malloc(pb) : NULL;
+        kvp_qact packed = a;
+        kvp_qact_pack(&packed, pbuf);
+        memset(res2, 0, (size_t)NB * rows * sizeof(float));
+        for (int64_t r0 = 0; r0 < rows; r0 += 7) kvp_qdot_rows(type, data, rb, r0, r0 + 7 < rows ? r0 + 7 : rows, &packed, outp2);
+        same &= memcmp(res, res2, (size_t)NB * rows * sizeof(float)) == 0;
+        free(pbuf);
+        /* Batches of 2 and 3 (the decode kernel's multi-activation tiles), 5 (the 16-pair tiles)
+         * and 17 (one AMX group and one row), odd row splits. */
+        static const int nbs[] = {2, 3, 5, 17};
+        for (int ni = 0, nb; ni < 4 && (nb = nbs[ni]); ni++)
             for (int j0 = 0; j0 + nb <= NB; j0 += nb) {
                 kvp_qact part = {n, nb, a.q + j0 * n, a.d + j0 * nblk, a.lo ? a.lo + j0 * n : NULL, NULL};
                 memset(res2, 0, (size_t)NB * rows * sizeof(float));

@@ -77,16 +77,17 @@ static void compare(const real_case *rc, kvp_model *m, const int32_t *prompt, in
     kvp_ctx_free(c);
 }
 
-/* The logits of a prefill (one batch: the packed tiles) and 4 single-row steps (the decode
- * kernel) with kernel variant k; n_out = (1 + 4) * V floats. */
+/* The logits of the prompt's prefill, of 20 tokens in one batch (every row: the packed and AMX
+ * tiles) and of 4 single-row steps (the decode kernel) with kernel variant k: VARIANT_ROWS rows. */
+#define VARIANT_ROWS (1 + 20 + 4)
 static int variant_logits(kvp_model *m, const kvp_qkernels *k, kvp_precision prec, const int32_t *prompt, int n_prompt,
                           const int32_t *gen, float *out, kvp_error *err) {
     int V = kvp_model_hparams(m)->n_vocab, rc;
     kvp_ctx_params cp = {1, 64, prec, 0, k->name};
     kvp_ctx *c = kvp_ctx_new(m, &cp, err);
-    kvp_kv *kv = c ? kvp_kv_new(m, n_prompt + 8, KVP_KV_F32, err) : NULL;
-    rc = !kv || kvp_decode(c, kv, prompt, n_prompt, NULL, out, err);
-    for (int s = 0; s < 4 && !rc; s++) rc = kvp_decode(c, kv, &gen[s], 1, NULL, out + (size_t)(s + 1) * V, err);
+    kvp_kv *kv = c ? kvp_kv_new(m, n_prompt + 32, KVP_KV_F32, err) : NULL;
+    rc = !kv || kvp_decode(c, kv, prompt, n_prompt, NULL, out, err) || kvp_decode(c, kv, gen, 20, out + V, NULL, err);
+    for (int s = 0; s < 4 && !rc; s++) rc = kvp_decode(c, kv, &gen[20 + s], 1, NULL, out + (size_t)(21 + s) * V, err);
     kvp_kv_free(kv);
     kvp_ctx_free(c);
     return rc;
@@ -96,7 +97,7 @@ static int variant_logits(kvp_model *m, const kvp_qkernels *k, kvp_precision pre
 static void check_variants(const real_case *rc, kvp_model *m, const int32_t *prompt, int n_prompt, const int32_t *gen) {
     const kvp_qkernels *ks[8];
     int nk = kvp_qkernels_available(ks, 8), V = kvp_model_hparams(m)->n_vocab;
-    size_t n = (size_t)5 * V;
+    size_t n = (size_t)VARIANT_ROWS * V;
     float *ref = malloc(n * sizeof *ref), *lg = malloc(n * sizeof *lg);
     kvp_error err = {0};
     char names[160] = "";
@@ -109,8 +110,8 @@ static void check_variants(const real_case *rc, kvp_model *m, const int32_t *pro
                   ks[i]->name, ks[0]->name);
         }
     }
-    NOTE("%s: kernel variants %s give bit-identical logits (q8, q8x2; a %d-token prefill and 4 decode steps)", rc->name,
-         names, n_prompt);
+    NOTE("%s: kernel variants %s give bit-identical logits (q8, q8x2; a %d-token prefill, a 20-token batch, 4 decode "
+         "steps)", rc->name, names, n_prompt);
     free(ref);
     free(lg);
 }
