@@ -204,7 +204,12 @@ int main(int argc, char **argv) {
     float *outbuf = malloc(sizeof(float) * (size_t)batch * rmax);
     float **out = malloc(sizeof(float *) * (size_t)batch);
     kvp_qact widest = {nmax, batch, q, d, lo, NULL};
-    size_t pack_bytes = kvp_qact_pack_bytes(&widest);
+    const kvp_qkernels *k = kvp_qkernels_select(NULL, NULL); /* the default, or $KVPROBE_KERNELS */
+    if (!k) {
+        fprintf(stderr, "qdot-bench: KVPROBE_KERNELS names no kernel variant this CPU runs\n");
+        return 1;
+    }
+    size_t pack_bytes = k->pack_bytes(&widest);
     void *pack = malloc(pack_bytes ? pack_bytes : 1);
     if (!x || !q || (two && !lo) || !d || !outbuf || !out || !pack) {
         fprintf(stderr, "qdot-bench: out of memory\n");
@@ -228,13 +233,13 @@ int main(int argc, char **argv) {
                     s ^= s << 13, s ^= s >> 7, s ^= s << 17;
                     x[k] = (float)((int64_t)(s % 2001) - 1000) * 1e-3f;
                 }
-                if (two) kvp_quantize_act_row2(x, n, q + (size_t)j * n, d + (size_t)j * (n / 32), lo + (size_t)j * n);
-                else kvp_quantize_act_row(x, n, q + (size_t)j * n, d + (size_t)j * (n / 32));
+                if (two) k->quantize_row2(x, n, q + (size_t)j * n, d + (size_t)j * (n / 32), lo + (size_t)j * n);
+                else k->quantize_row(x, n, q + (size_t)j * n, d + (size_t)j * (n / 32));
             }
             kvp_qact a = {n, batch, q, d, lo, NULL};
-            kvp_qact_pack(&a, pack); /* once per input, as the engine does (not timed) */
+            k->pack(&a, pack); /* once per input, as the engine does (not timed) */
             double t0 = now_s();
-            kvp_qdot_rows(t->type, wdata[i], (size_t)(t->nbytes / (uint64_t)rows), 0, rows, &a, out);
+            k->rows(t->type, wdata[i], (size_t)(t->nbytes / (uint64_t)rows), 0, rows, &a, out);
             double dt = now_s() - t0;
             sink += out[0][0];
             per_type *p = &pt[t->type & 63];
@@ -246,7 +251,7 @@ int main(int argc, char **argv) {
     } while (now_s() < t_end);
 
     printf("# %s, batch %d, %s, weights %s, isa %s, %d passes (sink %g)\n", argv[1], batch, two ? "q8x2" : "q8",
-           mem, kvp_qdot_isa(), passes, (double)sink);
+           mem, k->name, passes, (double)sink);
     printf("| type | tensors | MiB | ms/pass | GB/s | GMAC/s |\n|---|---|---|---|---|---|\n");
     double bytes = 0, macs = 0;
     for (int k = 0; k < 64; k++) {
