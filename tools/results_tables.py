@@ -90,6 +90,54 @@ def record_tables(d, run):
     return out
 
 
+def harmless_from(recs, run):
+    """The study's frontier: for each condition and L, the smallest W from which the condition
+    stops hurting - at that W and every larger one, accuracy is not significantly below clean
+    (the edited cells against the clean run of the same examples, exact two-sided McNemar,
+    p >= 0.05, or not below clean at all). Also BLANK's frontier against ZERO's per L: the
+    study's "BLANK sits to the left of ZERO"."""
+    clean = {r["example_id"]: r["score"] for r in recs if r["condition"] == "clean"}
+    cell = defaultdict(dict)
+    for r in recs:
+        if r["condition"] != "clean" and ":" not in r["condition"]:
+            cell[(r["condition"], r["L"], r["W"])][r["example_id"]] = r["score"]
+    conds = [c for c in run["conditions"] if c != "clean"]
+    Ls = sorted({L for (_, L, _) in cell})
+    Ws = sorted({W for (_, _, W) in cell})
+
+    def hurts(c, L, W):
+        x = cell.get((c, L, W), {})
+        common = [e for e in x if e in clean]
+        if not common:
+            return None
+        lost = sum(1 for e in common if clean[e] and not x[e])
+        won = sum(1 for e in common if x[e] and not clean[e])
+        return lost > won and mcnemar_p(lost, won) < 0.05
+
+    out = ["**From which W each condition stops hurting** (per L: the smallest W from which every cell's "
+           "accuracy is not significantly below clean on the same examples, exact McNemar p >= 0.05; "
+           "'never' if even the last W hurts):", "",
+           "| L | " + " | ".join(conds) + " |", "|---|" + "---|" * len(conds)]
+    front = {}
+    for L in Ls:
+        row = []
+        for c in conds:
+            h = [hurts(c, L, W) for W in Ws]
+            k = len(Ws)
+            while k > 0 and h[k - 1] is False:
+                k -= 1
+            front[(c, L)] = Ws[k] if k < len(Ws) else None
+            row.append("–" if all(x is None for x in h) else f"W ≥ {Ws[k]}" if k < len(Ws) else "never")
+        out.append(f"| {L} | " + " | ".join(row) + " |")
+    if "blank" in conds and "zero" in conds:
+        left = sum(1 for L in Ls if front[("blank", L)] is not None and
+                   (front[("zero", L)] is None or front[("blank", L)] < front[("zero", L)]))
+        same = sum(1 for L in Ls if front[("blank", L)] == front[("zero", L)])
+        out += ["", f"BLANK's frontier lies left of ZERO's (harmless from a smaller W) at {left} of {len(Ls)} layer "
+                f"cutoffs, at the same W at {same}."]
+    return out + [""]
+
+
 def wilson(k, n, z=1.959963984540054):
     p, den = k / n, 1 + z * z / n
     c, h = (p + z * z / (2 * n)) / den, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
@@ -173,6 +221,8 @@ def tables(d):
                 out.append(f"| {c} | {L} | " + " | ".join(cells) + " |")
         out.append("")
     out += record_tables(d, run)
+    if run.get("readout") not in ("loglik", "loglik-norm", "first-token"):
+        out += harmless_from(records(d), run)
     out += policy_table(rows, int(clean["L"]))
     name = os.path.basename(d.rstrip("/"))
     figs = [f"[heatmap {c}](results/{name}/heatmap_{c}.svg)" for c in run["conditions"] if c != "clean"]
