@@ -180,12 +180,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "qdot-bench: %s has no quantized matmul weights\n", argv[1]);
         return 1;
     }
-    /* weights elsewhere than the mapping: one anonymous copy of every matmul weight */
+    /* weights elsewhere than the mapping: one anonymous copy of every matmul weight, in the
+     * layout the engine repacks it into at load (kvp_repack_type; KVPROBE_REPACK=0: the file's) */
     const void **wdata = calloc(f->n_tensors, sizeof *wdata);
-    if (!wdata) return 1;
+    enum kvp_type *wtype = calloc(f->n_tensors, sizeof *wtype);
+    const char *repack_env = getenv("KVPROBE_REPACK");
+    int repack = !(repack_env && !strcmp(repack_env, "0"));
+    if (!wdata || !wtype) return 1;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         wdata[i] = t->data;
+        wtype[i] = t->type;
         if (!strcmp(mem, "mmap") || !is_matmul_weight(f, t)) continue;
         size_t sz = ((size_t)t->nbytes + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
         void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -194,7 +199,12 @@ int main(int argc, char **argv) {
             return 1;
         }
         if (!strcmp(mem, "huge")) madvise(p, sz, MADV_HUGEPAGE);
-        memcpy(p, t->data, (size_t)t->nbytes);
+        if (repack) {
+            wtype[i] = kvp_repack_type(t->type);
+            kvp_repack_rows(t->type, t->data, p, t->ne[1], t->ne[0]);
+        } else {
+            memcpy(p, t->data, (size_t)t->nbytes);
+        }
         wdata[i] = p;
     }
     /* activations: random normal-ish rows, quantized once per input width (as the engine does) */
@@ -239,10 +249,10 @@ int main(int argc, char **argv) {
             kvp_qact a = {n, batch, q, d, lo, NULL};
             k->pack(&a, pack); /* once per input, as the engine does (not timed) */
             double t0 = now_s();
-            k->rows(t->type, wdata[i], (size_t)(t->nbytes / (uint64_t)rows), 0, rows, &a, out);
+            k->rows(wtype[i], wdata[i], (size_t)(t->nbytes / (uint64_t)rows), 0, rows, &a, out);
             double dt = now_s() - t0;
             sink += out[0][0];
-            per_type *p = &pt[t->type & 63];
+            per_type *p = &pt[wtype[i] & 63];
             p->seconds += dt, p->bytes += (double)t->nbytes, p->macs += (double)n * rows * batch;
             if (!passes) p->tensors++;
             total += dt;

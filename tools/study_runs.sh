@@ -59,10 +59,17 @@ cmd() {
     esac
 }
 
-# The baselines' records are committed gzipped: the resume reads them unpacked.
+# Records are committed gzipped (the baselines in place, the runs as --snapshot copies in
+# docs/results/NAME): the resume reads them unpacked, so a run interrupted in one session goes
+# on in the next from its last committed snapshot, even in a fresh checkout.
 unpack() {
     d=$(cmd "$1" | sed 's/.*--out //')
-    if [ -f "$d/results.jsonl.gz" ] && [ ! -f "$d/results.jsonl" ]; then gunzip -k "$d/results.jsonl.gz"; fi
+    case $d in runs/*) snap=docs/results/${d#runs/} ;; *) snap=$d ;; esac
+    [ -f "$d/results.jsonl" ] && return 0
+    [ -f "$snap/results.jsonl.gz" ] || return 0
+    mkdir -p "$d"
+    gunzip -c "$snap/results.jsonl.gz" > "$d/results.jsonl"
+    if [ "$snap" != "$d" ] && [ -f "$snap/run.json" ]; then cp "$snap/run.json" "$d/run.json"; fi
 }
 
 snapshot() {

@@ -37,6 +37,12 @@ enum kvp_type {
     KVP_TYPE_I64 = 27,
     KVP_TYPE_F64 = 28,
     KVP_TYPE_BF16 = 30,
+    /* kvprobe's own layouts of the same values, made at load (kvp_repack_rows), never read from
+     * a file (gguf_open refuses ids from KVP_TYPE_INTERNAL on): K-quants with their quants
+     * regrouped lane = block for the decode kernels (src/tensor/kquant_layout.h). */
+    KVP_TYPE_INTERNAL = 60,
+    KVP_TYPE_Q4_K_LB = 60,
+    KVP_TYPE_Q6_K_LB = 61,
     KVP_TYPE_COUNT = 64 /* upper bound on ids we know about */
 };
 
@@ -53,6 +59,14 @@ const char *kvp_type_name(uint32_t type); /* "unknown" for unknown ids */
 
 /* Bytes of a row of n elements (n must be a multiple of block_elems). */
 size_t kvp_row_bytes(enum kvp_type type, int64_t n);
+
+/* The internal layout the engine repacks weights of this type into at load, or the type itself
+ * when it has none. The repacked rows dequantize to the same floats, and the integer kernels
+ * give the same bits on them, only faster. */
+enum kvp_type kvp_repack_type(enum kvp_type type);
+/* Rows of n elements of `type` into kvp_repack_type(type)'s layout (same size): src and dst
+ * hold nrows * kvp_row_bytes(type, n) bytes and must not overlap. */
+void kvp_repack_rows(enum kvp_type type, const void *src, void *dst, int64_t nrows, int64_t n);
 
 /* Dequantize n elements (a multiple of the block size) from src into dst. */
 void kvp_dequantize_row(enum kvp_type type, const void *src, float *dst, int64_t n);

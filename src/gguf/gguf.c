@@ -277,7 +277,7 @@ static int parse_tensor_infos(gguf_file *f, cursor *c) {
         }
         uint32_t type = 0;
         if (read_u32(c, "tensor type", &type)) return c->err->code;
-        const kvp_type_info *ti = kvp_type_get(type);
+        const kvp_type_info *ti = type < KVP_TYPE_INTERNAL ? kvp_type_get(type) : NULL; /* ours, not a file's */
         if (!ti)
             return kvp_fail(c->err, KVP_E_UNSUPPORTED, "%s: tensor '%s': unknown or unsupported tensor type %u at offset %llu",
                             c->path, name, type, (unsigned long long)(c->pos - 4));

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "model_impl.h"
 
@@ -292,6 +294,57 @@ static int load_weights(loader *ld) {
     return 0;
 }
 
+/* Weights whose type has a faster layout of the same values (kvp_repack_type: K-quants lane =
+ * block) are copied into it once, here, into one heap block; the file pages they came from are
+ * then released, so memory holds one copy. Results are bit-identical either way (test_qdot);
+ * KVPROBE_REPACK=0 keeps the file's layout, to measure against. */
+static int repack_weights(loader *ld) {
+    kvp_model *m = ld->m;
+    const char *env = getenv("KVPROBE_REPACK");
+    if (env && !strcmp(env, "0")) return 0;
+    int nw = 1 + !m->hp.tied_output + 7 * m->hp.n_layer, k = 0;
+    kvp_weight **ws = malloc((size_t)nw * sizeof *ws);
+    if (!ws) return kvp_fail(ld->err, KVP_E_NOMEM, "out of memory");
+    ws[k++] = &m->tok_embd;
+    if (!m->hp.tied_output) ws[k++] = &m->output;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        kvp_layer *L = &m->layers[il];
+        kvp_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++) ws[k++] = lw[i];
+    }
+    size_t total = 0;
+    for (int i = 0; i < nw; i++)
+        if (kvp_repack_type(ws[i]->type) != ws[i]->type) total += ((size_t)ws[i]->n_out * ws[i]->row_bytes + 63) & ~(size_t)63;
+    if (total == 0) {
+        free(ws);
+        return 0;
+    }
+    if (!(m->repacked = aligned_alloc(64, total))) {
+        free(ws);
+        return kvp_fail(ld->err, KVP_E_NOMEM, "%s: out of memory repacking %zu bytes of weights", ld->f->path, total);
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    uint8_t *dst = m->repacked;
+    for (int i = 0; i < nw; i++) {
+        kvp_weight *w = ws[i];
+        enum kvp_type to = kvp_repack_type(w->type);
+        if (to == w->type) continue;
+        size_t bytes = (size_t)w->n_out * w->row_bytes;
+        kvp_repack_rows(w->type, w->data, dst, w->n_out, w->n_in);
+        if (ld->f->owns_map && page > 0) { /* the whole pages of the mapping it came from */
+            uintptr_t a = ((uintptr_t)w->data + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+            uintptr_t b = ((uintptr_t)w->data + bytes) & ~(uintptr_t)(page - 1);
+            if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+        }
+        w->type = to;
+        w->data = dst;
+        dst += (bytes + 63) & ~(size_t)63;
+    }
+    if (m->hp.tied_output) m->output = m->tok_embd;
+    free(ws);
+    return 0;
+}
+
 static const struct {
     const char *name;
     kvp_arch arch;
@@ -329,7 +382,7 @@ kvp_model *kvp_model_from_gguf(gguf_file *f, kvp_error *err) {
                  (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
         goto fail;
     }
-    if (load_hparams(&ld) || load_weights(&ld)) goto fail;
+    if (load_hparams(&ld) || load_weights(&ld) || repack_weights(&ld)) goto fail;
     return m;
 fail:
     kvp_model_free(m);
@@ -342,6 +395,7 @@ void kvp_model_free(kvp_model *m) {
     free(m->owned);
     free(m->layers);
     free(m->layer_is_swa);
+    free(m->repacked);
     gguf_close(m->gguf);
     free(m);
 }

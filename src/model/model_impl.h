@@ -39,6 +39,7 @@ struct kvp_model {
     kvp_layer *layers;
     float **owned;         /* f32 copies of 1-D tensors */
     int n_owned, cap_owned;
+    uint8_t *repacked;     /* the weights repacked at load (kvp_repack_type), one block, or NULL */
 };
 
 #endif

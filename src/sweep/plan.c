@@ -2,11 +2,22 @@
  * defaults, and the execution context. */
 #include "sweep_impl.h"
 
-static void sha256_hex(const void *data, size_t n, char out[65]) {
-    unsigned char md[32];
+/* The model file's sha256, read from the file: the mapping's weight pages were released after
+ * the engine repacked them (kvp_model_load), and reading them there would map them again. */
+static int sha256_file(const char *path, char out[65], kvp_error *err) {
+    FILE *f = fopen(path, "rb");
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned char buf[1 << 16], digest[32];
     unsigned int len = 0;
-    EVP_Digest(data, n, md, &len, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", md[i]);
+    int ok = f && md && EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, f)) > 0) ok = EVP_DigestUpdate(md, buf, n);
+    ok = ok && !ferror(f) && EVP_DigestFinal_ex(md, digest, &len);
+    if (f) fclose(f);
+    EVP_MD_CTX_free(md);
+    if (!ok) return kvp_fail(err, KVP_E_IO, "%s: cannot read the model to hash it", path);
+    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", digest[i]);
+    return 0;
 }
 
 int sweep_setup(run_ctx *r) {
@@ -99,7 +110,7 @@ int sweep_setup(run_ctx *r) {
         return kvp_fail(err, KVP_E_INVALID, "unknown precision '%s' (q8, q8x2, f32)", o->precision);
     kvp_ctx_params cp = {o->threads, batch > 64 ? batch : 64, r->prec, 0, NULL};
     if (!(r->ctx = kvp_ctx_new(r->m, &cp, err))) return err->code;
-    sha256_hex(g->map, g->size, r->model_sha);
+    if (sha256_file(o->model_path, r->model_sha, err)) return err->code;
     r->cells_total = (long)r->ds.n * (1 + (long)r->n_steps * cells_per_w + r->n_policies);
     return 0;
 }

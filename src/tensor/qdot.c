@@ -93,6 +93,7 @@ int kvp_qdot_supported(enum kvp_type t) {
     switch (t) {
     case KVP_TYPE_Q4_0: case KVP_TYPE_Q4_1: case KVP_TYPE_Q5_0: case KVP_TYPE_Q5_1: case KVP_TYPE_Q8_0:
     case KVP_TYPE_Q2_K: case KVP_TYPE_Q3_K: case KVP_TYPE_Q4_K: case KVP_TYPE_Q5_K: case KVP_TYPE_Q6_K:
+    case KVP_TYPE_Q4_K_LB: case KVP_TYPE_Q6_K_LB:
         return 1;
     default:
         return 0;

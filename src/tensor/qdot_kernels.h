@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "kvprobe/tensor.h"
+#include "kquant_layout.h"
 
 #ifndef QD_TABLE
 #error "qdot_kernels.h is compiled through src/tensor/qdot_<isa>.c, which name its kernel table"
@@ -143,9 +144,16 @@ static void qd_quantize_row2(const float *x, int64_t n, int8_t *q, float *d, int
 
 /* ---- weights: one 32-element block as (u, sc, mn), portable ------------------------------- */
 
+/* The file type whose values a type holds (a lane = block layout's, or the type itself): the
+ * recipe below depends only on it. */
+static inline int base_type(int t) {
+    return t == KVP_TYPE_Q4_K_LB ? KVP_TYPE_Q4_K : t == KVP_TYPE_Q6_K_LB ? KVP_TYPE_Q6_K : t;
+}
+static inline int is_lb(int t) { return t >= KVP_TYPE_INTERNAL; }
+
 /* Offset subtracted from u, per type (0: the type has mins instead). */
 static inline int type_off(int t) {
-    switch (t) {
+    switch (base_type(t)) {
     case KVP_TYPE_Q4_0: return 8;
     case KVP_TYPE_Q5_0: return 16;
     case KVP_TYPE_Q8_0: return 128;
@@ -233,14 +241,17 @@ static void unpack_block(int t, const uint8_t *row, int64_t b, uint8_t u[32], fl
         for (int h = 0; h < 2; h++) sc[h] = d * (float)q3k_scale(2 * bb + h, p + 96);
         return;
     }
-    case KVP_TYPE_Q4_K: { /* d, dmin, scales[12], qs[128] */
+    case KVP_TYPE_Q4_K:
+    case KVP_TYPE_Q4_K_LB: { /* d, dmin, scales[12], qs[128] */
         p = row + (b / 8) * 144;
         int s, mi;
         k4_scale_min(bb, p + 4, &s, &mi);
         sc[0] = sc[1] = f16_at(p) * (float)s;
         mn[0] = mn[1] = -(f16_at(p + 2) * (float)mi);
-        const uint8_t *q = p + 16 + 32 * (bb / 2);
-        for (int l = 0; l < 32; l++) u[l] = bb % 2 ? q[l] >> 4 : q[l] & 15;
+        for (int l = 0; l < 32; l++) {
+            kq_pos q = q4k_quant(32 * bb + l, is_lb(t));
+            u[l] = (p[q.byte] >> q.shift) & 15;
+        }
         return;
     }
     case KVP_TYPE_Q5_K: { /* d, dmin, scales[12], qh[32], qs[128] */
@@ -255,14 +266,15 @@ static void unpack_block(int t, const uint8_t *row, int64_t b, uint8_t u[32], fl
             u[l] = (uint8_t)((bb % 2 ? ql[l] >> 4 : ql[l] & 15) + ((qh[l] & hb) ? 16 : 0));
         return;
     }
-    case KVP_TYPE_Q6_K: { /* ql[128], qh[64], scales[16] (i8), d */
+    case KVP_TYPE_Q6_K:
+    case KVP_TYPE_Q6_K_LB: { /* ql[128], qh[64], scales[16] (i8), d */
         p = row + (b / 8) * 210;
         float d = f16_at(p + 208);
-        int half = bb / 4, quarter = bb % 4;
-        const uint8_t *ql = p + 64 * half + 32 * (quarter & 1), *qh = p + 128 + 32 * half;
-        int ns = 4 * (quarter >> 1), hs = 2 * quarter;
-        for (int l = 0; l < 32; l++) u[l] = (uint8_t)(((ql[l] >> ns) & 15) | (((qh[l] >> hs) & 3) << 4));
-        for (int h = 0; h < 2; h++) sc[h] = d * (float)(int8_t)p[192 + 2 * bb + h];
+        for (int l = 0; l < 32; l++) {
+            kq_pos lq = q6k_low(32 * bb + l, is_lb(t)), hq = q6k_high(32 * bb + l, is_lb(t));
+            u[l] = (uint8_t)(((p[lq.byte] >> lq.shift) & 15) | (((p[hq.byte] >> hq.shift) & 3) << 4));
+        }
+        for (int h = 0; h < 2; h++) sc[h] = d * (float)(int8_t)p[q6k_scale(bb, h, is_lb(t))];
         return;
     }
     }
@@ -280,8 +292,12 @@ static void unpack_block(int t, const uint8_t *row, int64_t b, uint8_t u[32], fl
  * holds the pair, so the bits never depend on the tile, the batch, the thread count or the
  * instruction set. */
 
-static inline int type_halves(int t) { return t == KVP_TYPE_Q6_K || t == KVP_TYPE_Q3_K || t == KVP_TYPE_Q2_K ? 2 : 1; }
+static inline int type_halves(int t) {
+    t = base_type(t);
+    return t == KVP_TYPE_Q6_K || t == KVP_TYPE_Q3_K || t == KVP_TYPE_Q2_K ? 2 : 1;
+}
 static inline int type_has_min(int t) {
+    t = base_type(t);
     return t == KVP_TYPE_Q4_1 || t == KVP_TYPE_Q5_1 || t == KVP_TYPE_Q2_K || t == KVP_TYPE_Q4_K || t == KVP_TYPE_Q5_K;
 }
 
@@ -290,34 +306,39 @@ static inline int type_has_min(int t) {
 #ifndef QD_AVX2
 static void qdot_portable(int t, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
                           float *const *out) {
+    enum { GROUP = 64 }; /* activations per pass over a row: each block unpacked once for them */
     int64_t nblk = n / QB;
     int off = type_off(t), H = type_halves(t), mins = type_has_min(t);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + r * rb;
-        for (int j = 0; j < a->nb; j++) {
-            const int8_t *xq = a->q + (size_t)j * a->n, *xl = a->lo ? a->lo + (size_t)j * a->n : NULL;
-            const float *xd = a->d + (size_t)j * (a->n / QB);
-            float acc = 0.0f;
+        for (int j0 = 0; j0 < a->nb; j0 += GROUP) {
+            int jn = a->nb - j0 < GROUP ? a->nb - j0 : GROUP;
+            float acc[GROUP] = {0};
             for (int64_t b = 0; b < nblk; b++) {
                 uint8_t u[32];
                 float sc[2] = {0, 0}, mn[2] = {0, 0};
                 unpack_block(t, row, b, u, sc, mn);
-                int32_t I[2] = {0, 0}, S[2] = {0, 0};
-                for (int l = 0; l < 32; l++) {
-                    int32_t X = xl ? 256 * xq[b * QB + l] + xl[b * QB + l] : xq[b * QB + l];
-                    int h = H == 2 ? l / 16 : 0;
-                    I[h] += ((int32_t)u[l] - off) * X;
-                    S[h] += X;
+                for (int j = j0; j < j0 + jn; j++) {
+                    const int8_t *xq = a->q + (size_t)j * a->n + b * QB;
+                    const int8_t *xl = a->lo ? a->lo + (size_t)j * a->n + b * QB : NULL;
+                    float xd = a->d[(size_t)j * (a->n / QB) + b];
+                    int32_t I[2] = {0, 0}, S[2] = {0, 0};
+                    for (int l = 0; l < 32; l++) {
+                        int32_t X = xl ? 256 * xq[l] + xl[l] : xq[l];
+                        int h = H == 2 ? l / 16 : 0;
+                        I[h] += ((int32_t)u[l] - off) * X;
+                        S[h] += X;
+                    }
+                    float tt = sc[0] * (float)I[0];
+                    if (H == 2) tt = fmaf(sc[1], (float)I[1], tt);
+                    if (mins) {
+                        tt = fmaf(mn[0], (float)S[0], tt);
+                        if (H == 2) tt = fmaf(mn[1], (float)S[1], tt);
+                    }
+                    acc[j - j0] = fmaf(xl ? xd * (1.0f / 256.0f) : xd, tt, acc[j - j0]);
                 }
-                float tt = sc[0] * (float)I[0];
-                if (H == 2) tt = fmaf(sc[1], (float)I[1], tt);
-                if (mins) {
-                    tt = fmaf(mn[0], (float)S[0], tt);
-                    if (H == 2) tt = fmaf(mn[1], (float)S[1], tt);
-                }
-                acc = fmaf(xl ? xd[b] * (1.0f / 256.0f) : xd[b], tt, acc);
             }
-            out[j][r] = acc;
+            for (int j = j0; j < j0 + jn; j++) out[j][r] = acc[j - j0];
         }
     }
 }
@@ -393,6 +414,22 @@ INLINE __m256i load_u(int t, const uint8_t *row, int64_t b) {
         qh = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * quarter)), _mm256_set1_epi8(3));
         return _mm256_or_si256(ql, _mm256_slli_epi16(qh, 4));
     }
+    /* Lane = block: the block's 4-byte groups are a row of 4-byte lanes apart (kquant_layout.h);
+     * one gather fetches them, a shift per lane picks each one's field. Only the batch kernels
+     * take blocks one at a time; the decode kernel reads whole super-blocks (row_chunk_lb). */
+    case KVP_TYPE_Q4_K_LB: {
+        const uint8_t *q = row + (b / 8) * 144 + 16 + 4 * (b % 8);
+        __m256i v = _mm256_i32gather_epi32((const int *)q, _mm256_setr_epi32(0, 0, 32, 32, 64, 64, 96, 96), 1);
+        return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), _mm256_set1_epi8(15));
+    }
+    case KVP_TYPE_Q6_K_LB: {
+        const uint8_t *p = row + (b / 8) * 210 + 4 * (b % 8);
+        __m256i ql = _mm256_i32gather_epi32((const int *)p, _mm256_setr_epi32(0, 0, 32, 32, 64, 64, 96, 96), 1);
+        __m256i qh = _mm256_i32gather_epi32((const int *)(p + 128), _mm256_setr_epi32(0, 0, 0, 0, 32, 32, 32, 32), 1);
+        ql = _mm256_and_si256(_mm256_srlv_epi32(ql, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), _mm256_set1_epi8(15));
+        qh = _mm256_and_si256(_mm256_srlv_epi32(qh, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)), _mm256_set1_epi8(3));
+        return _mm256_or_si256(ql, _mm256_slli_epi16(qh, 4));
+    }
     default: {
         uint8_t ub[32];
         float sc[2], mn[2];
@@ -419,7 +456,8 @@ INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, float s
         sc[0] = sc[1] = f16_at(p);
         mn[0] = mn[1] = f16_at(p + 2);
         break;
-    case KVP_TYPE_Q4_K: {
+    case KVP_TYPE_Q4_K:
+    case KVP_TYPE_Q4_K_LB: {
         p = row + (b / 8) * 144;
         int s, mi;
         k4_scale_min((int)(b % 8), p + 4, &s, &mi);
@@ -427,12 +465,13 @@ INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, float s
         mn[0] = mn[1] = -(f16_at(p + 2) * (float)mi);
         break;
     }
-    case KVP_TYPE_Q6_K: {
+    case KVP_TYPE_Q6_K:
+    case KVP_TYPE_Q6_K_LB: {
         p = row + (b / 8) * 210;
         int bb = (int)(b % 8);
         float d = f16_at(p + 208);
-        sc[0] = d * (float)(int8_t)p[192 + 2 * bb];
-        sc[1] = d * (float)(int8_t)p[193 + 2 * bb];
+        sc[0] = d * (float)(int8_t)p[q6k_scale(bb, 0, is_lb(t))];
+        sc[1] = d * (float)(int8_t)p[q6k_scale(bb, 1, is_lb(t))];
         break;
     }
     default: { /* u and scales in one pass */
@@ -630,6 +669,7 @@ typedef struct dact {
     float *dx;        /* d, or d / 256 with q8x2 */
     float *sf[2];     /* (float) sums of X over each half (H = 2) or the block (sf[0], H = 1) */
     int32_t *corr[2]; /* those sums << log2(offset): off * S, taken from the dots */
+    int8_t *xq, *xl;  /* lane = block weights: q and lo regrouped as the weights are (lb_acts) */
 } dact;
 
 /* d[k] = per-block sums over halves 0 and 1 of 8 vectors of 8 lanes (lane = 4 bytes), lane k. */
@@ -685,8 +725,9 @@ INLINE void load_scales(int t, const uint8_t *row, int64_t b0, int nc, __m256 sc
         mn[0] = f16x8(gather_f16(row + b0 * 24 + 2, 24, nc));
         return;
     case KVP_TYPE_Q4_K:
+    case KVP_TYPE_Q4_K_LB:
     case KVP_TYPE_Q5_K: { /* a whole super-block: 6-bit scale and min of each of the 8 blocks */
-        const uint8_t *p = row + (b0 / 8) * (t == KVP_TYPE_Q4_K ? 144 : 176);
+        const uint8_t *p = row + (b0 / 8) * (t == KVP_TYPE_Q5_K ? 176 : 144);
         uint32_t w0, w1, w2;
         memcpy(&w0, p + 4, 4), memcpy(&w1, p + 8, 4), memcpy(&w2, p + 12, 4);
         uint32_t s_lo = w0 & 0x3f3f3f3f, m_lo = w1 & 0x3f3f3f3f;
@@ -698,10 +739,11 @@ INLINE void load_scales(int t, const uint8_t *row, int64_t b0, int nc, __m256 sc
         mn[0] = _mm256_xor_ps(neg, _mm256_mul_ps(_mm256_set1_ps(f16_at(p + 2)), m));
         return;
     }
-    case KVP_TYPE_Q6_K: { /* 16 signed 8-bit scales: half 0 of each block at even bytes */
+    case KVP_TYPE_Q6_K:
+    case KVP_TYPE_Q6_K_LB: { /* 16 signed 8-bit scales: half 0 of each block at even bytes (file) */
         const uint8_t *p = row + (b0 / 8) * 210;
         __m128i s = _mm_loadu_si128((const __m128i *)(p + 192));
-        s = _mm_shuffle_epi8(s, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+        if (!is_lb(t)) s = _mm_shuffle_epi8(s, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
         __m256 d = _mm256_set1_ps(f16_at(p + 208));
         sc[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)));
         sc[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s, 8))));
@@ -765,10 +807,27 @@ INLINE void transpose8(const __m256 r[8], __m256 c[8]) {
     c[6] = _mm256_permute2f128_ps(s2, s6, 0x31), c[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+/* The recipe's float steps for DC blocks (lane = block) from their exact integer sums over
+ * half 0 (or the whole block, H = 1) and half 1. */
+INLINE __m256 chunk_t(int t, __m256i I0, __m256i I1, const __m256 sc[2], const __m256 mn[2], const dact *da, int64_t b0) {
+    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
+    if (os >= 0) {
+        I0 = _mm256_sub_epi32(I0, _mm256_loadu_si256((const __m256i *)(da->corr[0] + b0)));
+        if (H == 2) I1 = _mm256_sub_epi32(I1, _mm256_loadu_si256((const __m256i *)(da->corr[1] + b0)));
+    }
+    __m256 tt = _mm256_mul_ps(sc[0], _mm256_cvtepi32_ps(I0));
+    if (H == 2) tt = _mm256_fmadd_ps(sc[1], _mm256_cvtepi32_ps(I1), tt);
+    if (mins) {
+        tt = _mm256_fmadd_ps(mn[0], _mm256_loadu_ps(da->sf[0] + b0), tt);
+        if (H == 2) tt = _mm256_fmadd_ps(mn[1], _mm256_loadu_ps(da->sf[1] + b0), tt);
+    }
+    return tt;
+}
+
 /* t (lane = block) of DC blocks from b0 of one row, for each of the rn activations. */
 INLINE void row_chunk(int t, int lo, const uint8_t *row, int64_t b0, int nc, const kvp_qact *a, int rn, const dact *da,
                       __m256 *tout, size_t tstride) {
-    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
+    const int H = type_halves(t);
     __m256i u[DC];
     __m256 sc[2], mn[2];
     for (int k = 0; k < DC; k++) u[k] = k < nc ? load_u(t, row, b0 + k) : _mm256_setzero_si256();
@@ -787,17 +846,58 @@ INLINE void row_chunk(int t, int lo, const uint8_t *row, int64_t b0, int nc, con
         }
         reduce8(dd, &I0, &I1);
         if (H == 1) I0 = _mm256_add_epi32(I0, I1);
-        if (os >= 0) {
-            I0 = _mm256_sub_epi32(I0, _mm256_loadu_si256((const __m256i *)(da[j].corr[0] + b0)));
-            if (H == 2) I1 = _mm256_sub_epi32(I1, _mm256_loadu_si256((const __m256i *)(da[j].corr[1] + b0)));
+        tout[(size_t)j * tstride] = chunk_t(t, I0, I1, sc, mn, &da[j], b0);
+    }
+}
+
+/* Activation blocks regrouped as lane = block weights are: vector i of the chunk from block b0
+ * holds in lane k the 4-byte group i of block b0 + k (an 8 x 8 transpose of 4-byte groups). */
+INLINE void lb_acts(const int8_t *x, int8_t *xt, int64_t nblk) {
+    for (int64_t b0 = 0; b0 < nblk; b0 += DC) {
+        __m256 r[DC], c[DC];
+        for (int k = 0; k < DC; k++) r[k] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(x + (b0 + k) * QB)));
+        transpose8(r, c);
+        for (int i = 0; i < DC; i++) _mm256_storeu_si256((__m256i *)(xt + (b0 + i) * QB), _mm256_castps_si256(c[i]));
+    }
+}
+
+/* The super-block's quants as vectors i = 0..7, lane k = group i of block k (kquant_layout.h). */
+INLINE void lb_unpack(int t, const uint8_t *sb, __m256i u[DC]) {
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    const uint8_t *ql = sb + (base_type(t) == KVP_TYPE_Q4_K ? 16 : 0);
+    for (int v = 0; v < 4; v++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(ql + 32 * v));
+        u[2 * v] = _mm256_and_si256(q, m4);
+        u[2 * v + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    }
+    if (base_type(t) == KVP_TYPE_Q6_K)
+        for (int h = 0; h < 2; h++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * h));
+            for (int m = 0; m < 4; m++)
+                u[4 * h + m] = _mm256_or_si256(u[4 * h + m], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 2 * m), m2), 4));
         }
-        __m256 tt = _mm256_mul_ps(sc[0], _mm256_cvtepi32_ps(I0));
-        if (H == 2) tt = _mm256_fmadd_ps(sc[1], _mm256_cvtepi32_ps(I1), tt);
-        if (mins) {
-            tt = _mm256_fmadd_ps(mn[0], _mm256_loadu_ps(da[j].sf[0] + b0), tt);
-            if (H == 2) tt = _mm256_fmadd_ps(mn[1], _mm256_loadu_ps(da[j].sf[1] + b0), tt);
+}
+
+/* row_chunk on a lane = block super-block: each block's integer sums build up in its own lane
+ * (the same integers, so the same bits), with no reduction across lanes. */
+INLINE void row_chunk_lb(int t, int lo, const uint8_t *row, int64_t b0, int rn, const dact *da, __m256 *tout,
+                         size_t tstride) {
+    const int H = type_halves(t);
+    __m256i u[DC];
+    __m256 sc[2], mn[2];
+    lb_unpack(t, row + (b0 / DC) * (base_type(t) == KVP_TYPE_Q4_K ? 144 : 210), u);
+    load_scales(t, row, b0, DC, sc, mn);
+    for (int j = 0; j < rn; j++) {
+        const int8_t *xq = da[j].xq + b0 * QB, *xl = lo ? da[j].xl + b0 * QB : NULL;
+        __m256i I[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, L[2] = {I[0], I[0]};
+        for (int i = 0; i < DC; i++) {
+            int h = H == 2 && i >= DC / 2; /* groups 0-3 are a block's first 16 elements */
+            I[h] = dot_lanes(t, I[h], u[i], _mm256_loadu_si256((const __m256i *)(xq + i * QB)));
+            if (lo) L[h] = dot_lanes(t, L[h], u[i], _mm256_loadu_si256((const __m256i *)(xl + i * QB)));
         }
-        tout[(size_t)j * tstride] = tt;
+        if (lo)
+            for (int h = 0; h < H; h++) I[h] = _mm256_add_epi32(_mm256_slli_epi32(I[h], 8), L[h]);
+        tout[(size_t)j * tstride] = chunk_t(t, I[0], I[1], sc, mn, &da[j], b0);
     }
 }
 
@@ -807,8 +907,10 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
     const int64_t nblk = n / QB, nchunk = (nblk + DC - 1) / DC, padded = nchunk * DC;
     const int rn = a->nb;
     const size_t chunk_bytes = rb / (size_t)nblk * DC;
-    /* per activation: dx, sf[2], corr[2] over the padded blocks; then t [rn][DBAND][DR] */
-    size_t act_bytes = (size_t)padded * 5 * sizeof(float), t_bytes = (size_t)rn * DBAND * DR * sizeof(__m256);
+    /* per activation: dx, sf[2], corr[2] over the padded blocks (and q, lo regrouped for lane =
+     * block weights); then t [rn][DBAND][DR] */
+    size_t act_bytes = (size_t)padded * (5 * sizeof(float) + (is_lb(t) ? 2 * QB : 0)),
+           t_bytes = (size_t)rn * DBAND * DR * sizeof(__m256);
     uint8_t *mem = aligned_alloc(32, (size_t)rn * act_bytes + t_bytes);
     if (!mem) { /* no memory: the 4-row tiles give the same bits */
         qdot_small(t, lo, w, rb, n, r0, r1, a, NULL, out);
@@ -818,8 +920,14 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
     dact da[SRN];
     for (int j = 0; j < rn; j++) {
         float *f = (float *)(mem + t_bytes + (size_t)j * act_bytes);
-        da[j] = (dact){f, {f + padded, f + 2 * padded}, {(int32_t *)(f + 3 * padded), (int32_t *)(f + 4 * padded)}};
+        int8_t *x = (int8_t *)(f + 5 * padded);
+        da[j] = (dact){f, {f + padded, f + 2 * padded}, {(int32_t *)(f + 3 * padded), (int32_t *)(f + 4 * padded)}, x,
+                       x + padded * QB};
         prep_act(t, lo, a, j, nblk, &da[j]);
+        if (is_lb(t)) { /* K-quant rows: whole chunks */
+            lb_acts(a->q + (size_t)j * a->n, da[j].xq, nblk);
+            if (lo) lb_acts(a->lo + (size_t)j * a->n, da[j].xl, nblk);
+        }
     }
     const size_t tstride = (size_t)DBAND * DR; /* between activations */
     for (int64_t r = r0; r < r1; r += DR) {
@@ -839,7 +947,8 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
                     const uint8_t *pf = row + (size_t)c * chunk_bytes + PF_DIST;
                     for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
                     int nc = chunk_blocks(nblk, c);
-                    if (nc == DC) row_chunk(t, lo, row, c * DC, DC, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
+                    if (is_lb(t)) row_chunk_lb(t, lo, row, c * DC, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
+                    else if (nc == DC) row_chunk(t, lo, row, c * DC, DC, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
                     else row_chunk(t, lo, row, c * DC, nc, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
                 }
             }
@@ -1323,6 +1432,8 @@ static void qd_rows(enum kvp_type type, const void *weights, size_t row_bytes, i
                 AMX_CASE(KVP_TYPE_Q4_K)
                 AMX_CASE(KVP_TYPE_Q5_K)
                 AMX_CASE(KVP_TYPE_Q6_K)
+                AMX_CASE(KVP_TYPE_Q4_K_LB)
+                AMX_CASE(KVP_TYPE_Q6_K_LB)
             default:
                 break;
             }
@@ -1367,6 +1478,8 @@ static void qd_rows(enum kvp_type type, const void *weights, size_t row_bytes, i
         QDOT_CASE(KVP_TYPE_Q4_K)
         QDOT_CASE(KVP_TYPE_Q5_K)
         QDOT_CASE(KVP_TYPE_Q6_K)
+        QDOT_CASE(KVP_TYPE_Q4_K_LB)
+        QDOT_CASE(KVP_TYPE_Q6_K_LB)
     default:
         break;
     }

@@ -15,6 +15,7 @@
 #endif
 
 #include "kvprobe/tensor.h"
+#include "kquant_layout.h"
 
 #define QK 32   /* elements per block of the legacy quants */
 #define QK_K 256 /* elements per K-quant super-block */
@@ -236,6 +237,94 @@ static void deq_q6_k(const uint8_t *b, float *y) { /* ql[128], qh[64], scales[16
     }
 }
 
+/* ---- lane = block K-quants (kquant_layout.h) ---------------------------------------------- */
+
+/* The file's dequantizers (deq_q4_k, deq_q6_k) reading the quants from their lane = block
+ * places: the same float operations on the same values, so the same floats. */
+static void deq_q4_k_lb(const uint8_t *b, float *y) {
+    float d = rd_f16(b), dmin = rd_f16(b + 2);
+    for (int k = 0; k < 8; k++) {
+        uint8_t sc, mn;
+        scale_min_k4(k, b + 4, &sc, &mn);
+        float d1 = d * (float)sc, m1 = dmin * (float)mn;
+        for (int l = 0; l < 32; l++) {
+            kq_pos q = q4k_quant(32 * k + l, 1);
+            *y++ = d1 * (float)((b[q.byte] >> q.shift) & 15) - m1;
+        }
+    }
+}
+
+static void deq_q6_k_lb(const uint8_t *b, float *y) {
+    float d = rd_f16(b + 208);
+    for (int e = 0; e < QK_K; e++) {
+        kq_pos lq = q6k_low(e, 1), hq = q6k_high(e, 1);
+        int q = (((b[lq.byte] >> lq.shift) & 15) | (((b[hq.byte] >> hq.shift) & 3) << 4)) - 32;
+        y[e] = d * (float)(int8_t)b[q6k_scale(e >> 5, (e >> 4) & 1, 1)] * (float)q;
+    }
+}
+
+enum kvp_type kvp_repack_type(enum kvp_type type) {
+    switch (type) {
+    case KVP_TYPE_Q4_K: return KVP_TYPE_Q4_K_LB;
+    case KVP_TYPE_Q6_K: return KVP_TYPE_Q6_K_LB;
+    default: return type;
+    }
+}
+
+/* The load-time repack, file -> lane = block (kquant_layout.h), a byte at a time (field by
+ * field through kq_pos it took seconds on a 1.5B model): the super-block's quants unpacked to
+ * q[block][element], then each byte of the new layout assembled from its elements. test_qdot
+ * checks it against the layout's definition: the repacked rows dequantize (deq_*_lb, through
+ * kq_pos) to the file's floats. */
+static void q4k_to_lb(const uint8_t *src, uint8_t *dst) {
+    uint8_t q[8][32];
+    for (int k = 0; k < 8; k++)
+        for (int l = 0; l < 32; l++) q[k][l] = (src[16 + 32 * (k >> 1) + l] >> (4 * (k & 1))) & 15;
+    memcpy(dst, src, 16);
+    for (int v = 0; v < 4; v++) /* group 2v low, 2v + 1 high */
+        for (int k = 0; k < 8; k++)
+            for (int c = 0; c < 4; c++) dst[16 + 32 * v + 4 * k + c] = (uint8_t)(q[k][8 * v + c] | (q[k][8 * v + 4 + c] << 4));
+}
+
+static void q6k_to_lb(const uint8_t *src, uint8_t *dst) {
+    uint8_t q[8][32];
+    for (int k = 0; k < 8; k++)
+        for (int l = 0; l < 32; l++)
+            q[k][l] = (uint8_t)(((src[64 * (k >> 2) + 32 * (k & 1) + l] >> (4 * ((k >> 1) & 1))) & 15) |
+                                (((src[128 + 32 * (k >> 2) + l] >> (2 * (k & 3))) & 3) << 4));
+    for (int v = 0; v < 4; v++)
+        for (int k = 0; k < 8; k++)
+            for (int c = 0; c < 4; c++)
+                dst[32 * v + 4 * k + c] = (uint8_t)((q[k][8 * v + c] & 15) | ((q[k][8 * v + 4 + c] & 15) << 4));
+    for (int h = 0; h < 2; h++) /* group 4h + m in bits 2m */
+        for (int k = 0; k < 8; k++)
+            for (int c = 0; c < 4; c++) {
+                int b = 0;
+                for (int m = 0; m < 4; m++) b |= (q[k][4 * (4 * h + m) + c] >> 4) << (2 * m);
+                dst[128 + 32 * h + 4 * k + c] = (uint8_t)b;
+            }
+    for (int k = 0; k < 8; k++)
+        for (int h = 0; h < 2; h++) dst[q6k_scale(k, h, 1)] = src[q6k_scale(k, h, 0)];
+    memcpy(dst + 208, src + 208, 2);
+}
+
+void kvp_repack_rows(enum kvp_type type, const void *src, void *dst, int64_t nrows, int64_t n) {
+    size_t bytes = (size_t)nrows * kvp_row_bytes(type, n);
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    switch (type) {
+    case KVP_TYPE_Q4_K:
+        for (size_t o = 0; o < bytes; o += 144) q4k_to_lb(s + o, d + o);
+        return;
+    case KVP_TYPE_Q6_K:
+        for (size_t o = 0; o < bytes; o += 210) q6k_to_lb(s + o, d + o);
+        return;
+    default:
+        memcpy(dst, src, bytes);
+        return;
+    }
+}
+
 /* ---- plain float types (one "block" = one element; handled row-wise) -------------------- */
 
 static void deq_f32(const uint8_t *b, float *y) { memcpy(y, b, 4); }
@@ -269,6 +358,8 @@ static const type_traits TRAITS[KVP_TYPE_COUNT] = {
     [KVP_TYPE_Q4_K] = {{"Q4_K", QK_K, 144, 1}, deq_q4_k},
     [KVP_TYPE_Q5_K] = {{"Q5_K", QK_K, 176, 1}, deq_q5_k},
     [KVP_TYPE_Q6_K] = {{"Q6_K", QK_K, 210, 1}, deq_q6_k},
+    [KVP_TYPE_Q4_K_LB] = {{"Q4_K_LB", QK_K, 144, 1}, deq_q4_k_lb},
+    [KVP_TYPE_Q6_K_LB] = {{"Q6_K_LB", QK_K, 210, 1}, deq_q6_k_lb},
     /* Known layouts we can size (inspect, skip) but not compute with. */
     [KVP_TYPE_Q8_1] = {{"Q8_1", QK, 36, 0}, NULL},
     [KVP_TYPE_Q8_K] = {{"Q8_K", QK_K, 292, 0}, NULL},

@@ -110,6 +110,57 @@ static void check_kernel(const char *title, enum kvp_type type, const void *data
     }
 }
 
+/* The engine's load-time repack (kvp_repack_type: K-quants lane = block): the repacked rows
+ * dequantize to the same floats, and the kernels give the same bits on them as on the file's
+ * layout (one activation, and batches through every tile kind), then the checks above. */
+static void check_repacked(const char *title, enum kvp_type type, const void *data, int64_t rows, int64_t n, const float *W,
+                           const float *Y, int64_t yrows) {
+    enum kvp_type lb = kvp_repack_type(type);
+    if (lb == type) return;
+    size_t rb = kvp_row_bytes(type, n);
+    uint8_t *rp = malloc(rb * rows);
+    kvp_repack_rows(type, data, rp, rows, n);
+    char t2[160];
+    snprintf(t2, sizeof t2, "%s, repacked as %s: same floats, same bits", title, kvp_type_name(lb));
+    TEST(t2) {
+        CHECK(kvp_row_bytes(lb, n) == rb, "the repacked rows change size");
+        float *w = malloc((size_t)n * sizeof(float));
+        int same = 1;
+        for (int64_t r = 0; r < rows; r++) {
+            kvp_dequantize_row(lb, rp + r * rb, w, n);
+            same &= !memcmp(w, W + r * n, (size_t)n * sizeof(float));
+        }
+        CHECK(same, "dequantized repacked rows differ from the file layout's");
+        free(w);
+        int64_t nblk = n / 32;
+        kvp_qact a = {n, NB, malloc((size_t)NB * n), malloc((size_t)NB * nblk * sizeof(float)), malloc((size_t)NB * n), NULL};
+        for (int j = 0; j < NB; j++)
+            kvp_quantize_act_row2(Y + (j % yrows) * n, n, a.q + j * n, a.d + j * nblk, a.lo + j * n);
+        float *r1 = malloc((size_t)NB * rows * sizeof(float)), *r2 = malloc((size_t)NB * rows * sizeof(float));
+        float *o1[NB], *o2[NB];
+        for (int lo = 0; lo < 2; lo++) {
+            kvp_qact x = a;
+            if (!lo) x.lo = NULL;
+            static const int nbs[] = {1, 2, 3, 5, 17, NB};
+            for (int ni = 0; ni < 6; ni++) {
+                x.nb = nbs[ni];
+                for (int j = 0; j < x.nb; j++) o1[j] = r1 + j * rows, o2[j] = r2 + j * rows;
+                kvp_qdot_rows(type, data, rb, 0, rows, &x, o1);
+                kvp_qdot_rows(lb, rp, rb, 0, rows, &x, o2);
+                CHECK(!memcmp(r1, r2, (size_t)x.nb * rows * sizeof(float)), "%s, %d activations: the repacked rows give other bits",
+                      lo ? "q8x2" : "q8", x.nb);
+            }
+        }
+        free(r1);
+        free(r2);
+        free(a.q);
+        free(a.d);
+        free(a.lo);
+    }
+    for (int lo = 0; lo < 2; lo++) check_kernel(t2, lb, rp, rows, n, W, Y, yrows, lo);
+    free(rp);
+}
+
 static void check_golden(const char *name) {
     char path[256], title[96];
     snprintf(path, sizeof path, "tests/golden/quant/%s.gguf", name);
@@ -123,6 +174,7 @@ static void check_golden(const char *name) {
     TEST(load) CHECK(q && deq && y, "%s: golden missing or incomplete %s", path, err.msg);
     for (int lo = 0; lo < 2 && q && deq && y; lo++)
         check_kernel(title, q->type, q->data, q->ne[1], q->ne[0], deq->data, y->data, y->ne[1], lo);
+    if (q && deq && y) check_repacked(title, q->type, q->data, q->ne[1], q->ne[0], deq->data, y->data, y->ne[1]);
     gguf_close(f);
 }
 
@@ -161,6 +213,7 @@ static void check_random(enum kvp_type type, int64_t n) {
     snprintf(title, sizeof title, "qdot %s (%s): random blocks, %lld x %lld", ti->name, kvp_qdot_isa(), (long long)rows,
              (long long)n);
     for (int lo = 0; lo < 2; lo++) check_kernel(title, type, data, rows, n, W, Y, yrows, lo);
+    check_repacked(title, type, data, rows, n, W, Y, yrows);
     free(data);
     free(W);
     free(Y);
@@ -192,6 +245,30 @@ int main(void) {
         CHECK(kvp_qkernels_select(NULL, &err) == ks[nk - 1] && !strcmp(kvp_qdot_isa(), ks[nk - 1]->name),
               "KVPROBE_KERNELS picks the default");
         unsetenv("KVPROBE_KERNELS");
+    }
+    TEST("gguf: kvprobe's internal types are refused in a file") {
+        /* a one-tensor GGUF naming type KVP_TYPE_Q4_K_LB */
+        static const char *path = "build/tmp-internal-type.gguf";
+        FILE *f = fopen(path, "wb");
+        uint32_t u32;
+        uint64_t u64;
+        fwrite("GGUF", 1, 4, f);
+        u32 = 3, fwrite(&u32, 4, 1, f);
+        u64 = 1, fwrite(&u64, 8, 1, f); /* tensors */
+        u64 = 0, fwrite(&u64, 8, 1, f); /* kv */
+        u64 = 1, fwrite(&u64, 8, 1, f), fwrite("w", 1, 1, f);
+        u32 = 1, fwrite(&u32, 4, 1, f);
+        u64 = 256, fwrite(&u64, 8, 1, f);
+        u32 = KVP_TYPE_Q4_K_LB, fwrite(&u32, 4, 1, f);
+        u64 = 0, fwrite(&u64, 8, 1, f);
+        static uint8_t pad[32 + 144];
+        fwrite(pad, 1, sizeof pad, f);
+        fclose(f);
+        kvp_error err = {0};
+        gguf_file *g = gguf_open(path, &err);
+        CHECK(!g && strstr(err.msg, "unknown or unsupported tensor type 60"), "%s", g ? "accepted" : err.msg);
+        gguf_close(g);
+        remove(path);
     }
     TEST("qdot: float types have no integer kernel") {
         CHECK(!kvp_qdot_supported(KVP_TYPE_F32) && !kvp_qdot_supported(KVP_TYPE_F16) &&

@@ -107,6 +107,12 @@ static void check_variants(const real_case *rc, kvp_model *m, const int32_t *pro
     kvp_error err = {0};
     char names[160] = "";
     for (int i = 0; i < nk; i++) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", ks[i]->name);
+    /* The same model in the file's layout (no load-time repack, KVPROBE_REPACK=0), where the
+     * engine repacks some of its weights (kvp_repack_type). */
+    setenv("KVPROBE_REPACK", "0", 1);
+    kvp_model *file_layout = kvp_model_load(rc->model, &err);
+    unsetenv("KVPROBE_REPACK");
+    CHECK(file_layout != NULL, "%s", err.msg);
     for (int p = KVP_PREC_Q8; p <= KVP_PREC_Q8X2 && ref && lg; p++) {
         CHECK(variant_logits(m, ks[0], (kvp_precision)p, prompt, n_prompt, gen, ref, &err) == 0, "%s", err.msg);
         for (int i = 1; i < nk && !err.code; i++) {
@@ -114,9 +120,15 @@ static void check_variants(const real_case *rc, kvp_model *m, const int32_t *pro
             CHECK(!memcmp(ref, lg, n * sizeof *lg), "%s %s: logits differ from %s's", kvp_precision_name((kvp_precision)p),
                   ks[i]->name, ks[0]->name);
         }
+        if (file_layout && !err.code) {
+            CHECK(variant_logits(file_layout, ks[0], (kvp_precision)p, prompt, n_prompt, gen, lg, &err) == 0, "%s", err.msg);
+            CHECK(!memcmp(ref, lg, n * sizeof *lg), "%s: logits differ without the load-time repack",
+                  kvp_precision_name((kvp_precision)p));
+        }
     }
-    NOTE("%s: kernel variants %s give bit-identical logits (q8, q8x2; a %d-token prefill, a 20-token batch, 4 decode "
-         "steps)", rc->name, names, n_prompt);
+    kvp_model_free(file_layout);
+    NOTE("%s: kernel variants %s give bit-identical logits, and so does the file's weight layout (q8, q8x2; a "
+         "%d-token prefill, a 20-token batch, 4 decode steps)", rc->name, names, n_prompt);
     free(ref);
     free(lg);
 }
