@@ -9,8 +9,9 @@
  * larger than the caches, every weight comes from memory, as in decoding. Prints, per weight
  * type and in total: bytes, seconds per pass, GB/s of weights read, and GMAC/s
  * (multiply-accumulates of weight x activation elements). -m: where the weights are read from:
- * the file's mapping (mmap, what the engine does), a copy in anonymous memory (anon), or one in
- * transparent huge pages (huge: madvise MADV_HUGEPAGE). -t: that one tensor only, over and over
+ * a copy in anonymous memory (anon, the default: where the engine holds them, repacked at load as
+ * it does, KVPROBE_REPACK=0: in the file's layout), one in transparent huge pages (huge: madvise
+ * MADV_HUGEPAGE), or the file's mapping itself (mmap: the file's layout). -t: that one tensor only, over and over
  * (from the caches where it fits: the kernel's compute speed without the memory).
  *
  * --peak: the core's integer-dot peak, one thread: independent chains of vpdpbusd (512- and
@@ -148,7 +149,7 @@ int main(int argc, char **argv) {
     }
     int batch = 1, two = 0;
     double secs = 3.0;
-    const char *mem = "mmap", *only = NULL;
+    const char *mem = "anon", *only = NULL;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-b")) batch = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-p")) two = !strcmp(argv[i + 1], "q8x2");
