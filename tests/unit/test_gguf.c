@@ -211,6 +211,9 @@ int main(void) {
     uint32_t unknown_type = 4; /* retired Q4_2 */
     expect_corrupt(&good, lo.tensor0_type_at, &unknown_type, 4, "unknown or unsupported tensor type 4",
                    "gguf: unknown tensor type named");
+    uint32_t internal_type = KVP_TYPE_Q4_K_LB; /* kvprobe's own layout, made at load, never read */
+    expect_corrupt(&good, lo.tensor0_type_at, &internal_type, 4, "unknown or unsupported tensor type 60",
+                   "gguf: kvprobe's internal types are refused in a file");
     uint32_t five_dims = 5;
     expect_corrupt(&good, lo.tensor0_ndims_at, &five_dims, 4, "5 dimensions", "gguf: too many dimensions");
     uint64_t many = 1000;

@@ -246,30 +246,6 @@ int main(void) {
               "KVPROBE_KERNELS picks the default");
         unsetenv("KVPROBE_KERNELS");
     }
-    TEST("gguf: kvprobe's internal types are refused in a file") {
-        /* a one-tensor GGUF naming type KVP_TYPE_Q4_K_LB */
-        static const char *path = "build/tmp-internal-type.gguf";
-        FILE *f = fopen(path, "wb");
-        uint32_t u32;
-        uint64_t u64;
-        fwrite("GGUF", 1, 4, f);
-        u32 = 3, fwrite(&u32, 4, 1, f);
-        u64 = 1, fwrite(&u64, 8, 1, f); /* tensors */
-        u64 = 0, fwrite(&u64, 8, 1, f); /* kv */
-        u64 = 1, fwrite(&u64, 8, 1, f), fwrite("w", 1, 1, f);
-        u32 = 1, fwrite(&u32, 4, 1, f);
-        u64 = 256, fwrite(&u64, 8, 1, f);
-        u32 = KVP_TYPE_Q4_K_LB, fwrite(&u32, 4, 1, f);
-        u64 = 0, fwrite(&u64, 8, 1, f);
-        static uint8_t pad[32 + 144];
-        fwrite(pad, 1, sizeof pad, f);
-        fclose(f);
-        kvp_error err = {0};
-        gguf_file *g = gguf_open(path, &err);
-        CHECK(!g && strstr(err.msg, "unknown or unsupported tensor type 60"), "%s", g ? "accepted" : err.msg);
-        gguf_close(g);
-        remove(path);
-    }
     TEST("qdot: float types have no integer kernel") {
         CHECK(!kvp_qdot_supported(KVP_TYPE_F32) && !kvp_qdot_supported(KVP_TYPE_F16) &&
                   !kvp_qdot_supported(KVP_TYPE_BF16),
