@@ -275,7 +275,7 @@ int main(int argc, char **argv) {
     printf("| all | | %.1f | %.3f | %.2f | %.2f |\n", bytes / passes / 1048576.0, total / passes * 1e3,
            bytes / total / 1e9, macs / total / 1e9);
     printf("passes_per_s=%.2f gbps=%.2f gmacs=%.2f\n", passes / total, bytes / total / 1e9, macs / total / 1e9);
-    free(x), free(q), free(lo), free(d), free(outbuf), free(out), free(pack), free(wdata);
+    free(x), free(q), free(lo), free(d), free(outbuf), free(out), free(pack), free(wdata), free(wtype);
     gguf_close(f);
     return 0;
 }

@@ -1351,11 +1351,11 @@ INLINE void qdot_amx(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int6
         if (pk) {                                                                                                      \
             if (a->lo) QDOT_GEMM(T, 1);                                                                                \
             else QDOT_GEMM(T, 0);                                                                                      \
-        } else if (a->lo) {                                                                                            \
-            if (wb) qdot_small(T, 1, w, row_bytes, n, r0, r1, a, wb, out);                                             \
+        } else if (a->lo) { /* wide batches without a wbuf (no memory): qdot_small reads the rows */                \
+            if (wb || a->nb > SRN) qdot_small(T, 1, w, row_bytes, n, r0, r1, a, wb, out);                              \
             else qdot_decode(T, 1, w, row_bytes, n, r0, r1, a, out);                                                   \
         } else {                                                                                                       \
-            if (wb) qdot_small(T, 0, w, row_bytes, n, r0, r1, a, wb, out);                                             \
+            if (wb || a->nb > SRN) qdot_small(T, 0, w, row_bytes, n, r0, r1, a, wb, out);                              \
             else qdot_decode(T, 0, w, row_bytes, n, r0, r1, a, out);                                                   \
         }                                                                                                              \
         break;
@@ -1458,7 +1458,7 @@ static void qd_rows(enum kvp_type type, const void *weights, size_t row_bytes, i
     }
 #endif
     /* Otherwise batches wider than one tile unpack each row tile once for all of them. Without
-     * memory for either, the fused path gives the same bits. */
+     * memory for either, the same tiles read the rows directly: the same bits. */
     if (!pk && a->nb > SRN) {
         free(mem);
         if ((mem = aligned_alloc(32, (size_t)RM * nblk * (32 + 16)))) {
