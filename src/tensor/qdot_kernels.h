@@ -917,7 +917,7 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
         return;
     }
     __m256 *tb = (__m256 *)mem;
-    dact da[SRN];
+    dact da[SRN] = {{0}}; /* rn <= SRN are set below */
     for (int j = 0; j < rn; j++) {
         float *f = (float *)(mem + t_bytes + (size_t)j * act_bytes);
         int8_t *x = (int8_t *)(f + 5 * padded);
