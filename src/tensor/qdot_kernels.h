@@ -1333,21 +1333,36 @@ INLINE void qdot_amx(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int6
     _tile_release();
 }
 #define QDOT_AMX(T, LO) qdot_amx(T, LO, w, row_bytes, n, r0, r1, a, apk, awp, out)
-#define AMX_CASE(T)                                                                                                    \
-    case T:                                                                                                            \
+#define AMX_FN(T, S)                                                                                                   \
+    static __attribute__((noinline)) void amx_rows_##S(const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0,     \
+                                                       int64_t r1, const kvp_qact *a, const amx_act *apk, amx_w *awp,  \
+                                                       float *const *out) {                                            \
         if (a->lo) QDOT_AMX(T, 1);                                                                                     \
         else QDOT_AMX(T, 0);                                                                                           \
-        break;
+    }
+#define AMX_CALL(T, S)                                                                                                 \
+    case T: amx_rows_##S(w, row_bytes, n, r0, r1, a, apk, awp, out); break;
 #endif /* QD_AMX */
 
-/* One instance per (type, q8 or q8x2): compile-time constants throughout. */
+/* The weight types with kernels, each as (type, name suffix). */
+#define QDOT_TYPES(X)                                                                                                  \
+    X(KVP_TYPE_Q4_0, q4_0) X(KVP_TYPE_Q4_1, q4_1) X(KVP_TYPE_Q5_0, q5_0) X(KVP_TYPE_Q5_1, q5_1) X(KVP_TYPE_Q8_0, q8_0)  \
+    X(KVP_TYPE_Q2_K, q2_k) X(KVP_TYPE_Q3_K, q3_k) X(KVP_TYPE_Q4_K, q4_k) X(KVP_TYPE_Q5_K, q5_k) X(KVP_TYPE_Q6_K, q6_k)  \
+    X(KVP_TYPE_Q4_K_LB, q4_k_lb) X(KVP_TYPE_Q6_K_LB, q6_k_lb)
+
+/* One instance per (type, q8 or q8x2): compile-time constants throughout, and one function per
+ * type (noinline): inlined all into qd_rows they made a function too large for GCC's variable
+ * tracking (-g), and one sanitizer build of one kernel file took over ten minutes. */
 #ifdef QD_512
 #define QDOT_GEMM(T, LO) qdot_gemm(T, LO, w, row_bytes, n, r0, r1, a, pk, wp, out)
 #else
 #define QDOT_GEMM(T, LO) (void)0
 #endif
-#define QDOT_CASE(T)                                                                                                   \
-    case T:                                                                                                            \
+#define QDOT_FN(T, S)                                                                                                  \
+    static __attribute__((noinline)) void qdot_rows_##S(const uint8_t *w, size_t row_bytes, int64_t n, int64_t r0,    \
+                                                        int64_t r1, const kvp_qact *a, const void *pk, void *wp,       \
+                                                        const wbuf *wb, float *const *out) {                           \
+        (void)wp;                                                                                                      \
         if (pk) {                                                                                                      \
             if (a->lo) QDOT_GEMM(T, 1);                                                                                \
             else QDOT_GEMM(T, 0);                                                                                      \
@@ -1358,7 +1373,13 @@ INLINE void qdot_amx(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int6
             if (wb || a->nb > SRN) qdot_small(T, 0, w, row_bytes, n, r0, r1, a, wb, out);                              \
             else qdot_decode(T, 0, w, row_bytes, n, r0, r1, a, out);                                                   \
         }                                                                                                              \
-        break;
+    }
+#define QDOT_CALL(T, S)                                                                                                \
+    case T: qdot_rows_##S(w, row_bytes, n, r0, r1, a, pk, wp, wb, out); break;
+QDOT_TYPES(QDOT_FN)
+#ifdef QD_AMX
+QDOT_TYPES(AMX_FN)
+#endif
 #endif /* QD_AVX2 */
 
 static int qd_row_multiple(void) {
@@ -1422,18 +1443,7 @@ static void qd_rows(enum kvp_type type, const void *weights, size_t row_bytes, i
         if (awp && !apk && (amem = malloc(qd_pack_bytes(a)))) pack_acts_amx(a, amem), apk = amem;
         if (awp && apk) {
             switch (type) {
-                AMX_CASE(KVP_TYPE_Q4_0)
-                AMX_CASE(KVP_TYPE_Q4_1)
-                AMX_CASE(KVP_TYPE_Q5_0)
-                AMX_CASE(KVP_TYPE_Q5_1)
-                AMX_CASE(KVP_TYPE_Q8_0)
-                AMX_CASE(KVP_TYPE_Q2_K)
-                AMX_CASE(KVP_TYPE_Q3_K)
-                AMX_CASE(KVP_TYPE_Q4_K)
-                AMX_CASE(KVP_TYPE_Q5_K)
-                AMX_CASE(KVP_TYPE_Q6_K)
-                AMX_CASE(KVP_TYPE_Q4_K_LB)
-                AMX_CASE(KVP_TYPE_Q6_K_LB)
+                QDOT_TYPES(AMX_CALL)
             default:
                 break;
             }
@@ -1468,18 +1478,7 @@ static void qd_rows(enum kvp_type type, const void *weights, size_t row_bytes, i
     }
     (void)wp;
     switch (type) {
-        QDOT_CASE(KVP_TYPE_Q4_0)
-        QDOT_CASE(KVP_TYPE_Q4_1)
-        QDOT_CASE(KVP_TYPE_Q5_0)
-        QDOT_CASE(KVP_TYPE_Q5_1)
-        QDOT_CASE(KVP_TYPE_Q8_0)
-        QDOT_CASE(KVP_TYPE_Q2_K)
-        QDOT_CASE(KVP_TYPE_Q3_K)
-        QDOT_CASE(KVP_TYPE_Q4_K)
-        QDOT_CASE(KVP_TYPE_Q5_K)
-        QDOT_CASE(KVP_TYPE_Q6_K)
-        QDOT_CASE(KVP_TYPE_Q4_K_LB)
-        QDOT_CASE(KVP_TYPE_Q6_K_LB)
+        QDOT_TYPES(QDOT_CALL)
     default:
         break;
     }
