@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kvprobe/tensor.h"
+#include "qdot_types.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <cpuid.h>
@@ -90,14 +91,14 @@ static const kvp_qkernels *def(void) {
 }
 
 int kvp_qdot_supported(enum kvp_type t) {
+#define QDOT_SUPPORTED(T, S) case T:
     switch (t) {
-    case KVP_TYPE_Q4_0: case KVP_TYPE_Q4_1: case KVP_TYPE_Q5_0: case KVP_TYPE_Q5_1: case KVP_TYPE_Q8_0:
-    case KVP_TYPE_Q2_K: case KVP_TYPE_Q3_K: case KVP_TYPE_Q4_K: case KVP_TYPE_Q5_K: case KVP_TYPE_Q6_K:
-    case KVP_TYPE_Q4_K_LB: case KVP_TYPE_Q6_K_LB:
+        QDOT_TYPES(QDOT_SUPPORTED)
         return 1;
     default:
         return 0;
     }
+#undef QDOT_SUPPORTED
 }
 
 const char *kvp_qdot_isa(void) { return def()->name; }

@@ -29,6 +29,7 @@
 
 #include "kvprobe/tensor.h"
 #include "kquant_layout.h"
+#include "qdot_types.h"
 
 #ifndef QD_TABLE
 #error "qdot_kernels.h is compiled through src/tensor/qdot_<isa>.c, which name its kernel table"
@@ -880,12 +881,12 @@ INLINE void lb_unpack(int t, const uint8_t *sb, __m256i u[DC]) {
 
 /* row_chunk on a lane = block super-block: each block's integer sums build up in its own lane
  * (the same integers, so the same bits), with no reduction across lanes. */
-INLINE void row_chunk_lb(int t, int lo, const uint8_t *row, int64_t b0, int rn, const dact *da, __m256 *tout,
-                         size_t tstride) {
+INLINE void row_chunk_lb(int t, int lo, const uint8_t *row, size_t sb_bytes, int64_t b0, int rn, const dact *da,
+                         __m256 *tout, size_t tstride) {
     const int H = type_halves(t);
     __m256i u[DC];
     __m256 sc[2], mn[2];
-    lb_unpack(t, row + (b0 / DC) * (base_type(t) == KVP_TYPE_Q4_K ? 144 : 210), u);
+    lb_unpack(t, row + (size_t)(b0 / DC) * sb_bytes, u); /* a chunk is one super-block */
     load_scales(t, row, b0, DC, sc, mn);
     for (int j = 0; j < rn; j++) {
         const int8_t *xq = da[j].xq + b0 * QB, *xl = lo ? da[j].xl + b0 * QB : NULL;
@@ -906,7 +907,9 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
                         const kvp_qact *a, float *const *out) {
     const int64_t nblk = n / QB, nchunk = (nblk + DC - 1) / DC, padded = nchunk * DC;
     const int rn = a->nb;
-    const size_t chunk_bytes = rb / (size_t)nblk * DC;
+    /* exact for both: a 32-block type's row is nblk equal blocks, a K-quant row whole super-blocks
+     * of DC blocks (Q6_K: 210 bytes, not a multiple of DC) */
+    const size_t chunk_bytes = rb * DC / (size_t)nblk;
     /* per activation: dx, sf[2], corr[2] over the padded blocks (and q, lo regrouped for lane =
      * block weights); then t [rn][DBAND][DR] */
     size_t act_bytes = (size_t)padded * (5 * sizeof(float) + (is_lb(t) ? 2 * QB : 0)),
@@ -947,7 +950,7 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
                     const uint8_t *pf = row + (size_t)c * chunk_bytes + PF_DIST;
                     for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
                     int nc = chunk_blocks(nblk, c);
-                    if (is_lb(t)) row_chunk_lb(t, lo, row, c * DC, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
+                    if (is_lb(t)) row_chunk_lb(t, lo, row, chunk_bytes, c * DC, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
                     else if (nc == DC) row_chunk(t, lo, row, c * DC, DC, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
                     else row_chunk(t, lo, row, c * DC, nc, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
                 }
@@ -1343,12 +1346,6 @@ INLINE void qdot_amx(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int6
 #define AMX_CALL(T, S)                                                                                                 \
     case T: amx_rows_##S(w, row_bytes, n, r0, r1, a, apk, awp, out); break;
 #endif /* QD_AMX */
-
-/* The weight types with kernels, each as (type, name suffix). */
-#define QDOT_TYPES(X)                                                                                                  \
-    X(KVP_TYPE_Q4_0, q4_0) X(KVP_TYPE_Q4_1, q4_1) X(KVP_TYPE_Q5_0, q5_0) X(KVP_TYPE_Q5_1, q5_1) X(KVP_TYPE_Q8_0, q8_0)  \
-    X(KVP_TYPE_Q2_K, q2_k) X(KVP_TYPE_Q3_K, q3_k) X(KVP_TYPE_Q4_K, q4_k) X(KVP_TYPE_Q5_K, q5_k) X(KVP_TYPE_Q6_K, q6_k)  \
-    X(KVP_TYPE_Q4_K_LB, q4_k_lb) X(KVP_TYPE_Q6_K_LB, q6_k_lb)
 
 /* One instance per (type, q8 or q8x2): compile-time constants throughout, and one function per
  * type (noinline): inlined all into qd_rows they made a function too large for GCC's variable
