@@ -67,6 +67,11 @@ unpack() {
     case $d in runs/*) snap=docs/results/${d#runs/} ;; *) snap=$d ;; esac
     [ -f "$d/results.jsonl" ] && return 0
     [ -f "$snap/results.jsonl.gz" ] || return 0
+    # records of the retired 8-bit path (issue 15) are what a rerun replaces, not resumes
+    if grep -q '"activations":[[:space:]]*"q8"' "$snap/run.json" 2>/dev/null; then
+        echo "== $1: $snap holds q8 records: rerun from scratch"
+        return 0
+    fi
     mkdir -p "$d"
     gunzip -c "$snap/results.jsonl.gz" > "$d/results.jsonl"
     if [ "$snap" != "$d" ] && [ -f "$snap/run.json" ]; then cp "$snap/run.json" "$d/run.json"; fi
