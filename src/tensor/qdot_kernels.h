@@ -130,6 +130,34 @@ static void qd_quantize_row(const float *x, int64_t n, int8_t *q, float *d) {
  * to nearest even), so q8x2's first plane is q8's; the residual of that product is exact in f32. */
 static void qd_quantize_row2(const float *x, int64_t n, int8_t *q, float *d, int8_t *lo) {
     for (int64_t b = 0; b < n / QB; b++, x += QB, q += QB, lo += QB) {
+#ifdef QD_AVX2
+        /* the scalar steps below, 8 lanes at a time: rint = round to nearest even, the
+         * residual (t - r) * 256 exact, cvtps rounding as lrintf, the clamp before the packs */
+        const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+        __m256 v[4];
+        for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + 8 * k);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absmask), _mm256_and_ps(v[1], absmask)),
+                                 _mm256_max_ps(_mm256_and_ps(v[2], absmask), _mm256_and_ps(v[3], absmask)));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float amax = _mm_cvtss_f32(h);
+        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        d[b] = db;
+        const __m256 vid = _mm256_set1_ps(id), k256 = _mm256_set1_ps(256.0f);
+        const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
+        __m256i iq[4], il[4];
+        for (int k = 0; k < 4; k++) {
+            __m256 t = _mm256_mul_ps(v[k], vid), r = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            iq[k] = _mm256_cvtps_epi32(r);
+            il[k] = _mm256_max_epi32(nlim, _mm256_min_epi32(lim, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(t, r), k256))));
+        }
+        const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        __m256i pq = _mm256_packs_epi16(_mm256_packs_epi32(iq[0], iq[1]), _mm256_packs_epi32(iq[2], iq[3]));
+        __m256i pl = _mm256_packs_epi16(_mm256_packs_epi32(il[0], il[1]), _mm256_packs_epi32(il[2], il[3]));
+        _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(pq, perm));
+        _mm256_storeu_si256((__m256i *)lo, _mm256_permutevar8x32_epi32(pl, perm));
+#else
         float amax = 0.0f;
         for (int i = 0; i < QB; i++) amax = fmaxf(amax, fabsf(x[i]));
         float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
@@ -140,6 +168,7 @@ static void qd_quantize_row2(const float *x, int64_t n, int8_t *q, float *d, int
             q[i] = (int8_t)r;
             lo[i] = (int8_t)(l > 127 ? 127 : l < -127 ? -127 : l); /* symmetric: AVX2 negates it */
         }
+#endif
     }
 }
 
@@ -1173,6 +1202,13 @@ typedef struct amx_cfg { /* LDTILECFG's 64-byte operand (palette 1) */
     uint8_t rows[16];
 } amx_cfg;
 
+/* Sum of 16 signed bytes: unsigned sums of the bytes biased by 128 (psadbw), less 16 * 128. */
+static inline int32_t sum16_i8(const int8_t *p) {
+    __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_set1_epi8((char)0x80));
+    __m128i s = _mm_sad_epu8(v, _mm_setzero_si128());
+    return _mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4) - 16 * 128;
+}
+
 static void pack_acts_amx(const kvp_qact *a, amx_act *pk) {
     int64_t nblk = a->n / QB;
     int ng = (a->nb + 15) / 16;
@@ -1184,13 +1220,11 @@ static void pack_acts_amx(const kvp_qact *a, amx_act *pk) {
         for (int64_t b = 0; b < nblk; b++) {
             amx_act *p = &pk[(size_t)(j / 16) * nblk + b];
             p->dx[lane] = l ? d[b] * (1.0f / 256.0f) : d[b];
-            for (int k = 0; k < 32; k++) {
-                p->x[k / 4][4 * lane + k % 4] = (uint8_t)q[b * QB + k];
-                p->s[k / 16][lane] += q[b * QB + k];
-                if (l) {
-                    p->xl[k / 4][4 * lane + k % 4] = (uint8_t)l[b * QB + k];
-                    p->sl[k / 16][lane] += l[b * QB + k];
-                }
+            for (int r = 0; r < 8; r++) memcpy(&p->x[r][4 * lane], q + b * QB + 4 * r, 4); /* k-quad r */
+            p->s[0][lane] = sum16_i8(q + b * QB), p->s[1][lane] = sum16_i8(q + b * QB + 16);
+            if (l) {
+                for (int r = 0; r < 8; r++) memcpy(&p->xl[r][4 * lane], l + b * QB + 4 * r, 4);
+                p->sl[0][lane] = sum16_i8(l + b * QB), p->sl[1][lane] = sum16_i8(l + b * QB + 16);
             }
         }
     }

@@ -246,6 +246,37 @@ int main(void) {
               "KVPROBE_KERNELS picks the default");
         unsetenv("KVPROBE_KERNELS");
     }
+    TEST("qdot: every variant quantizes activations to the portable kernel's bytes (q8 and q8x2)") {
+        /* random values, exact halves (ties of the rounding), residuals at +-0.5 / 256 and a zero block */
+        enum { N = 32 * 24 };
+        static float x[N];
+        uint32_t rng = 12345;
+        for (int i = 0; i < N; i++) {
+            rng = rng * 1664525u + 1013904223u;
+            float u = (float)(rng >> 8) / (float)(1u << 24) - 0.5f;
+            int blk = i / 32;
+            x[i] = blk % 4 == 0 ? u * 1e-3f : blk % 4 == 1 ? (float)((int)(u * 64)) * 0.5f : u * (float)(1 + blk);
+        }
+        for (int i = 64; i < 96; i++) x[i] = 0.0f;
+        x[100] = 127.0f, x[101] = 2.5f / 127.0f * 127.0f, x[102] = -(0.5f + 0.5f / 256.0f);
+        kvp_error err = {0};
+        const kvp_qkernels *ref = kvp_qkernels_select("portable", &err);
+        static int8_t q0[N], l0[N], q1[N], l1[N];
+        float d0[N / 32], d1[N / 32];
+        int bad = 0;
+        for (int v = 0; v < nk; v++) {
+            ref->quantize_row(x, N, q0, d0);
+            ks[v]->quantize_row(x, N, q1, d1);
+            bad += memcmp(q0, q1, N) != 0 || memcmp(d0, d1, sizeof d0) != 0;
+            ref->quantize_row2(x, N, q0, d0, l0);
+            ks[v]->quantize_row2(x, N, q1, d1, l1);
+            if (memcmp(q0, q1, N) || memcmp(l0, l1, N) || memcmp(d0, d1, sizeof d0)) {
+                bad++;
+                NOTE("%s: q8x2 planes differ from portable", ks[v]->name);
+            }
+        }
+        CHECK(bad == 0, "%d variants differ", bad);
+    }
     TEST("qdot: float types have no integer kernel") {
         CHECK(!kvp_qdot_supported(KVP_TYPE_F32) && !kvp_qdot_supported(KVP_TYPE_F16) &&
                   !kvp_qdot_supported(KVP_TYPE_BF16),
