@@ -303,6 +303,45 @@ static inline __attribute__((always_inline)) void group_dots_n(int nh, const flo
 }
 #endif
 
+#if defined(__AVX512F__)
+/* Lane k = _mm512_reduce_add_ps(a[k]) bit for bit: GCC's tree for it (lane i + lane i + 8, then
+ * i + 4, i + 2, i + 1) done for 16 vectors at once, by shuffles that pair the same lanes. A
+ * reduction per key and head was the larger part of attention's dot products. */
+static inline __attribute__((always_inline)) __m512 reduce_add16(const __m512 a[16]) {
+    __m512 b[8], c[4], d[2];
+    for (int i = 0; i < 8; i++) /* [a[2i] 256-bit halves summed | a[2i + 1]'s] */
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++) /* 128-bit chunk j: key 4i + j, its two 128-bit halves summed */
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++) /* chunk j: lanes 0,1 key 8i + j, lanes 2,3 key 8i + 4 + j (t0 + t2, t1 + t3) */
+        d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44), _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
+    /* chunk j: keys j, 4 + j, 8 + j, 12 + j; then each key to its own lane */
+    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
+
+/* scores[h * ldo + k] = scale * (q_h . key k) for the nk <= 16 keys of one page (f32, hd floats
+ * apart), the same floats as group_dots key by key: the same FMAs in the same order, the same
+ * reduction tree. Keys past nk repeat the last one (no read past the slots in use). */
+static void page_dots(const float *q, int nh, int hd, const float *k0, int nk, float scale, float *scores, size_t ldo) {
+    const __mmask16 keep = (__mmask16)((1u << nk) - 1);
+    const float *kp[16];
+    for (int j = 0; j < 16; j++) kp[j] = k0 + (size_t)(j < nk ? j : nk - 1) * hd;
+    for (int h = 0; h < nh; h++) {
+        const float *qh = q + (size_t)h * hd;
+        __m512 acc[16];
+        for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d += 16) {
+            __m512 qv = _mm512_loadu_ps(qh + d);
+            for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kp[j] + d), acc[j]);
+        }
+        _mm512_mask_storeu_ps(scores + (size_t)h * ldo, keep, _mm512_mul_ps(reduce_add16(acc), _mm512_set1_ps(scale)));
+    }
+}
+#endif
+
 /* 1 if done (else the caller falls back to one kvp_dot_f32 per head). */
 static int group_dots(const float *q, int nh, int hd, const float *k, float *out) {
 #ifdef DOT_W
@@ -440,7 +479,15 @@ static void attn_task(void *arg, int task, int thread) {
 
     memset(out, 0, (size_t)nh * hdv * sizeof(float));
     if (np <= 0) return; /* every visible position evicted: attention contributes nothing */
-    for (int s = s0; s < s1; s++) {
+    int s = s0;
+#if defined(__AVX512F__)
+    if (!f16 && hd % 16 == 0 && nh <= MAX_GROUP) /* a page of keys at a time: slots are contiguous in a page */
+        for (; s < s1; s = (s / KV_PAGE + 1) * KV_PAGE) {
+            int e = (s / KV_PAGE + 1) * KV_PAGE < s1 ? (s / KV_PAGE + 1) * KV_PAGE : s1;
+            page_dots(q, nh, hd, kv_slot_k(kv, li, s), e - s, hp->attn_scale, scores + (s - s0), (size_t)np);
+        }
+#endif
+    for (; s < s1; s++) {
         const void *ks = kv_slot_k(kv, li, s);
         const float *kp = ks;
         if (f16) {
@@ -455,14 +502,29 @@ static void attn_task(void *arg, int task, int thread) {
                 scores[(size_t)h * np + s - s0] = kvp_dot_f32(q + (size_t)h * hd, kp, hd) * hp->attn_scale;
         }
     }
-    for (int h = 0; h < nh; h++) { /* softmax */
-        float *sc = scores + (size_t)h * np, mx = -INFINITY, sum = 0.0f;
+    /* softmax per head; the sums run position by position for all heads together: each head's
+     * sum keeps its order (the same floats), the heads' add chains overlap instead of waiting
+     * on each other */
+    float sum[MAX_GROUP] = {0};
+    for (int h = 0; h < nh; h++) {
+        float *sc = scores + (size_t)h * np, mx = -INFINITY;
         for (int i = 0; i < np; i++) mx = sc[i] > mx ? sc[i] : mx;
         for (int i = 0; i < np; i++) sc[i] -= mx;
         kvp_vexp(sc, np);
-        for (int i = 0; i < np; i++) sum += sc[i];
-        float inv = 1.0f / sum;
-        for (int i = 0; i < np; i++) sc[i] *= inv;
+        if (nh > MAX_GROUP) {
+            float t = 0.0f;
+            for (int i = 0; i < np; i++) t += sc[i];
+            float inv = 1.0f / t;
+            for (int i = 0; i < np; i++) sc[i] *= inv;
+        }
+    }
+    if (nh <= MAX_GROUP) {
+        for (int i = 0; i < np; i++)
+            for (int h = 0; h < nh; h++) sum[h] += scores[(size_t)h * np + i];
+        for (int h = 0; h < nh; h++) {
+            float *sc = scores + (size_t)h * np, inv = 1.0f / sum[h];
+            for (int i = 0; i < np; i++) sc[i] *= inv;
+        }
     }
     if (kv->scoring) { /* whole GQA groups per task here (attention_block), so one writer per (row, KV head) */
         size_t o = (size_t)r * hp->n_head_kv + kvh;
