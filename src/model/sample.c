@@ -2,6 +2,9 @@
  * sampler, candidates are ordered by (logit desc, id asc). */
 #include <math.h>
 #include <stdlib.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "kvprobe/sample.h"
 
@@ -27,10 +30,28 @@ void kvp_sampler_free(kvp_sampler *s) {
     s->idx = NULL;
 }
 
+/* The first index of the largest logit; a NaN never wins, except at index 0, which nothing
+ * compares greater than. The maximum is found with vectors (max keeps its second operand, the
+ * running maximum, against a NaN lane), then its first index by a scan; a greedy sweep calls
+ * this once per row and step over the whole vocabulary. */
 int32_t kvp_argmax(const float *logits, int n) {
+    if (n <= 1 || isnan(logits[0])) return 0;
+    float m = logits[0];
+    int i = 1;
+#if defined(__AVX512F__)
+    __m512 vm = _mm512_set1_ps(m);
+    for (; i + 16 <= n; i += 16) vm = _mm512_max_ps(_mm512_loadu_ps(logits + i), vm);
+    m = _mm512_reduce_max_ps(vm);
+#elif defined(__AVX__)
+    __m256 vm = _mm256_set1_ps(m);
+    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(_mm256_loadu_ps(logits + i), vm);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vm);
+    for (int k = 0; k < 8; k++) m = lanes[k] > m ? lanes[k] : m;
+#endif
+    for (; i < n; i++) m = logits[i] > m ? logits[i] : m;
     int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
+    while (logits[best] != m) best++; /* m is one of the values; +0 and -0 compare equal */
     return best;
 }
 
