@@ -21,6 +21,8 @@ typedef struct kvp_sampler {
 int kvp_sampler_init(kvp_sampler *s, int n_vocab, float temperature, int top_k, float top_p, uint64_t seed);
 void kvp_sampler_free(kvp_sampler *s);
 int32_t kvp_argmax(const float *logits, int n);
+/* kvp_argmax, and in *margin its logit minus the largest other one (+inf when n == 1). */
+int32_t kvp_argmax_margin(const float *logits, int n, float *margin);
 int32_t kvp_sample(kvp_sampler *s, const float *logits);
 
 #ifdef __cplusplus

@@ -30,28 +30,49 @@ void kvp_sampler_free(kvp_sampler *s) {
     s->idx = NULL;
 }
 
+/* The largest of x[a, b) that is not NaN (-inf if none), from m on: vectors whose max keeps
+ * its second operand, the running maximum, against a NaN lane. */
+static float max_from(const float *x, int a, int b, float m) {
+    int i = a;
+#if defined(__AVX512F__)
+    if (b - a >= 16) {
+        __m512 vm = _mm512_set1_ps(m);
+        for (; i + 16 <= b; i += 16) vm = _mm512_max_ps(_mm512_loadu_ps(x + i), vm);
+        m = _mm512_reduce_max_ps(vm);
+    }
+#elif defined(__AVX__)
+    if (b - a >= 8) {
+        __m256 vm = _mm256_set1_ps(m);
+        for (; i + 8 <= b; i += 8) vm = _mm256_max_ps(_mm256_loadu_ps(x + i), vm);
+        float lanes[8];
+        _mm256_storeu_ps(lanes, vm);
+        for (int k = 0; k < 8; k++) m = lanes[k] > m ? lanes[k] : m;
+    }
+#endif
+    for (; i < b; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
 /* The first index of the largest logit; a NaN never wins, except at index 0, which nothing
- * compares greater than. The maximum is found with vectors (max keeps its second operand, the
- * running maximum, against a NaN lane), then its first index by a scan; a greedy sweep calls
- * this once per row and step over the whole vocabulary. */
+ * compares greater than (the scalar scan `if (x[i] > x[best]) best = i` this replaces). A
+ * greedy sweep calls this once per row and step over the whole vocabulary. */
 int32_t kvp_argmax(const float *logits, int n) {
     if (n <= 1 || isnan(logits[0])) return 0;
-    float m = logits[0];
-    int i = 1;
-#if defined(__AVX512F__)
-    __m512 vm = _mm512_set1_ps(m);
-    for (; i + 16 <= n; i += 16) vm = _mm512_max_ps(_mm512_loadu_ps(logits + i), vm);
-    m = _mm512_reduce_max_ps(vm);
-#elif defined(__AVX__)
-    __m256 vm = _mm256_set1_ps(m);
-    for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(_mm256_loadu_ps(logits + i), vm);
-    float lanes[8];
-    _mm256_storeu_ps(lanes, vm);
-    for (int k = 0; k < 8; k++) m = lanes[k] > m ? lanes[k] : m;
-#endif
-    for (; i < n; i++) m = logits[i] > m ? logits[i] : m;
+    float m = max_from(logits, 1, n, logits[0]);
     int32_t best = 0;
     while (logits[best] != m) best++; /* m is one of the values; +0 and -0 compare equal */
+    return best;
+}
+
+int32_t kvp_argmax_margin(const float *logits, int n, float *margin) {
+    int32_t best = kvp_argmax(logits, n);
+    float second = max_from(logits, best + 1, n, max_from(logits, 0, best, -INFINITY));
+    if (second == 0.0f) { /* which zero the scan meets first decides the margin's sign: scan */
+        second = -INFINITY;
+        for (int i = 0; i < n; i++)
+            if (i != best && logits[i] > second) second = logits[i];
+    }
+    *margin = logits[best] - second;
     return best;
 }
 

@@ -51,15 +51,6 @@ int sweep_text_start(run_ctx *r, const kvp_example *ex, const example_state *s, 
     return 0;
 }
 
-/* The greedy token and its margin over the runner-up. */
-static int32_t greedy(const float *lg, int V, float *margin) {
-    int32_t best = kvp_argmax(lg, V);
-    float second = -INFINITY;
-    for (int i = 0; i < V; i++)
-        if (i != best && lg[i] > second) second = lg[i];
-    *margin = lg[best] - second;
-    return best;
-}
 
 /* Clean greedy decodes from each prefilled base, side by side; each keeps the logits of its
  * first n_save steps. */
@@ -99,7 +90,7 @@ int sweep_clean_decode_group(run_ctx *r, const kvp_example *const *ex, example_s
             const float *l = lg + (size_t)j * V;
             e->clean_steps = step + 1;
             if (step < n_save) memcpy(e->clean_logits + (size_t)step * V, l, (size_t)V * sizeof(float)), e->n_saved = step + 1;
-            int32_t x = greedy(l, V, &e->clean_margin[step]);
+            int32_t x = kvp_argmax_margin(l, V, &e->clean_margin[step]);
             if (sweep_is_end(r, x)) {
                 e->clean_stop = STOP_EOG, done[i] = 1;
                 continue;
@@ -197,7 +188,7 @@ int sweep_decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cell
                     c->kl_n++;
                 }
                 if (step == 0 && r->o->readout == KVP_READOUT_FIRST_TOKEN) c->readout = sweep_readout(r, c->logits);
-                int32_t t = greedy(c->logits, V, &c->margin[step]);
+                int32_t t = kvp_argmax_margin(c->logits, V, &c->margin[step]);
                 if (sweep_is_end(r, t)) {
                     c->stop = STOP_EOG, c->done = 1;
                     continue;

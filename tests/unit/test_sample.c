@@ -46,5 +46,31 @@ int main(void) {
         CHECK(kvp_argmax(a, 40) == 20, "%d", kvp_argmax(a, 40));
         CHECK(kvp_argmax(a, 1) == 0 && kvp_argmax(a, 0) == 0, "n <= 1");
     }
+    TEST("argmax_margin: the margin over the largest other logit, as the scalar scan computes it") {
+        static float x[300];
+        uint32_t rng = 11;
+        int bad = 0;
+        for (int n = 1; n <= 300; n += 13) {
+            for (int i = 0; i < n; i++) {
+                rng = rng * 1664525u + 1013904223u;
+                x[i] = (float)((int)(rng >> 20) % 2001 - 1000) * 0.01f;
+            }
+            if (n > 40) x[n / 3] = NAN, x[n / 2] = x[argmax_ref(x, n)]; /* a NaN and a tie for first */
+            for (int zero = 0; zero < 2; zero++) {
+                if (zero && n > 40) { /* the top three are signed zeros: which one is "second" sets the margin's sign */
+                    for (int i = 0; i < n; i++) x[i] = -fabsf(x[i]) - 1.0f;
+                    x[1] = -0.0f, x[5] = (n / 13) & 1 ? -0.0f : 0.0f, x[n - 1] = (n / 13) & 1 ? 0.0f : -0.0f;
+                }
+                int32_t ref = argmax_ref(x, n);
+                float second = -INFINITY, margin;
+                for (int i = 0; i < n; i++)
+                    if (i != ref && x[i] > second) second = x[i];
+                float want = x[ref] - second;
+                int32_t got = kvp_argmax_margin(x, n, &margin);
+                bad += got != ref || memcmp(&margin, &want, sizeof margin) != 0;
+            }
+        }
+        CHECK(bad == 0, "%d cases differ", bad);
+    }
     return harness_finish();
 }
