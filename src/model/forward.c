@@ -229,9 +229,13 @@ static void matmul_task(void *arg, int task, int thread) {
     }
 }
 
-/* out[b] for b < the input's row count; rows are split into about 8 tasks per thread. */
+/* out[b] for b < the input's row count. Threads claim tasks as they free up, so the rows are
+ * split into about 8 tasks per thread, and a batch of 16 or more rows into 32: a batch's task is
+ * long (hundreds of ms on the LM head), and cores of unequal speed (a guest's second vCPU was
+ * seen running AMX at under half the rate of the first) otherwise wait on the slow one's last task.
+ * The split never changes a result. */
 static void matmul(kvp_ctx *c, const kvp_weight *w, float *const *out) {
-    int64_t target = (int64_t)c->n_threads * 8, mult = c->qk->row_multiple();
+    int64_t target = (int64_t)c->n_threads * (c->qin.nb >= 16 ? 32 : 8), mult = c->qk->row_multiple();
     int64_t rpt = (w->n_out + target - 1) / target;
     if (rpt < 4) rpt = 4;
     rpt = (rpt + mult - 1) / mult * mult;
