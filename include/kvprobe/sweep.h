@@ -2,11 +2,13 @@
  *
  * Per example: one clean prefill of the prompt without its last token, one prefill per
  * donor (BLANK, OTHER), one clean greedy decode. For each W the clean cache is forked at
- * step W, every (condition, L) cell is spliced, and all cells of that W decode together as
+ * step W, every (condition, L) cell is spliced, and the cells of every W decode together as
  * one batch (one forward pass per step, weights read once) until their end token or the
- * token limit. Greedy and deterministic: the same command gives the same records, and a
- * rerun resumes, skipping finished cells. Outputs in out_dir:
- *   results.jsonl  one record per example x cell (appended and flushed as cells finish)
+ * token limit; once fewer than half are left, the next example's cells join the batch.
+ * Greedy and deterministic: the same command gives the same records, and a rerun resumes,
+ * skipping finished cells. Outputs in out_dir:
+ *   results.jsonl  one record per example x cell (appended and flushed as cells finish, so
+ *                  the records of two examples in flight interleave)
  *   summary.csv    accuracy per condition x L x W with n and a Wilson 95% interval
  *   report.html    heatmaps, accuracy-vs-L curves, metrics, example completions
  *   *.svg          the figures alone */

@@ -149,74 +149,77 @@ static void agreement(const example_state *s, const cell *c, double *agree, int 
     *agree = len ? (double)same / len : (s->clean_stop == c->stop ? 1.0 : 0.0);
 }
 
-/* Decode cells together until all finish; write each record as it finishes (in cell order).
- * Cells may have different W: each feeds its own next token at its own position. */
-int sweep_decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cell *cells, int n_cells) {
-    int V = r->hp->n_vocab, n = s->prompt.n, B = kvp_ctx_max_batch(r->ctx);
+/* Feed every unfinished cell of the groups (the examples in flight) one token, in forward
+ * passes of at most the context's batch (a cell's results do not depend on the rows beside it),
+ * then write the records of the cells that finished, group by group in cell order. Cells may
+ * have different W: each feeds its own next token at its own position. */
+int sweep_decode_step(run_ctx *r, cell_group *g, int n_groups) {
+    int V = r->hp->n_vocab, B = kvp_ctx_max_batch(r->ctx), rc = 0;
     kvp_row *rows = malloc((size_t)B * sizeof *rows);
     cell **act = malloc((size_t)B * sizeof *act);
-    if (!rows || !act) {
-        free(rows);
-        free(act);
-        return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
-    }
-    int rc = 0;
-    while (!rc) {
-        int any = 0;
-        for (int i = 0; i < n_cells; i++) any |= !cells[i].done;
-        if (!any) break;
-        for (int i0 = 0; i0 < n_cells && !rc; i0 += B) { /* batches of at most B rows */
-            int n_act = 0;
-            for (int i = i0; i < n_cells && i < i0 + B; i++) {
-                cell *c = &cells[i];
+    cell_group **of = malloc((size_t)B * sizeof *of);
+    if (!rows || !act || !of) rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    for (int k0 = 0, i0 = 0; !rc && k0 < n_groups;) { /* one forward pass per B unfinished cells */
+        int n_act = 0;
+        for (; k0 < n_groups && n_act < B; k0++, i0 = 0) {
+            for (; i0 < g[k0].n_cells && n_act < B; i0++) {
+                cell *c = &g[k0].cells[i0];
                 if (c->done) continue;
-                int step = c->n_tok; /* tokens so far, the clean ones before W included */
+                const example_state *s = g[k0].s;
+                int n = s->prompt.n, step = c->n_tok; /* tokens so far, the clean ones before W included */
                 int32_t x = step == 0 ? s->prompt.ids[n - 1] : c->tok[step - 1];
                 rows[n_act] = (kvp_row){x, n - 1 + step, c->kv, c->logits};
+                of[n_act] = &g[k0];
                 act[n_act++] = c;
             }
-            if (!n_act) continue;
-            if (r->o->unbatched)
-                for (int k = 0; k < n_act && !rc; k++) rc = kvp_forward(r->ctx, &rows[k], 1, r->err);
-            else
-                rc = kvp_forward(r->ctx, rows, n_act, r->err);
-            for (int k = 0; k < n_act && !rc; k++) {
-                cell *c = act[k];
-                int step = c->n_tok;
-                if (step < c->W + r->kl_steps && step < s->n_saved) {
-                    c->kl_sum += kl_logits(s->clean_logits + (size_t)step * V, c->logits, V);
-                    c->kl_n++;
-                }
-                if (step == 0 && r->o->readout == KVP_READOUT_FIRST_TOKEN) c->readout = sweep_readout(r, c->logits);
-                int32_t t = kvp_argmax_margin(c->logits, V, &c->margin[step]);
-                if (sweep_is_end(r, t)) {
-                    c->stop = STOP_EOG, c->done = 1;
-                    continue;
-                }
-                c->tok[c->n_tok++] = t;
-                int hit = text_add(r, ex, &c->text, t);
-                if (hit < 0) rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
-                if (hit > 0) c->stop = STOP_SEQUENCE, c->done = 1;
-                else if (c->n_tok >= r->max_new) c->stop = STOP_MAX_TOKENS, c->done = 1;
-            }
+            if (i0 < g[k0].n_cells) break; /* the batch is full inside this group */
         }
-        for (int i = 0; i < n_cells && !rc; i++) { /* records of cells that just finished, in cell order */
-            cell *c = &cells[i];
+        if (!n_act) break;
+        if (r->o->unbatched)
+            for (int k = 0; k < n_act && !rc; k++) rc = kvp_forward(r->ctx, &rows[k], 1, r->err);
+        else
+            rc = kvp_forward(r->ctx, rows, n_act, r->err);
+        for (int k = 0; k < n_act && !rc; k++) {
+            cell *c = act[k];
+            const example_state *s = of[k]->s;
+            int step = c->n_tok;
+            if (step < c->W + r->kl_steps && step < s->n_saved) {
+                c->kl_sum += kl_logits(s->clean_logits + (size_t)step * V, c->logits, V);
+                c->kl_n++;
+            }
+            if (step == 0 && r->o->readout == KVP_READOUT_FIRST_TOKEN) c->readout = sweep_readout(r, c->logits);
+            int32_t t = kvp_argmax_margin(c->logits, V, &c->margin[step]);
+            if (sweep_is_end(r, t)) {
+                c->stop = STOP_EOG, c->done = 1;
+                continue;
+            }
+            c->tok[c->n_tok++] = t;
+            int hit = text_add(r, of[k]->ex, &c->text, t);
+            if (hit < 0) rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+            if (hit > 0) c->stop = STOP_SEQUENCE, c->done = 1;
+            else if (c->n_tok >= r->max_new) c->stop = STOP_MAX_TOKENS, c->done = 1;
+        }
+    }
+    for (int k = 0; k < n_groups && !rc; k++) { /* records of cells that just finished */
+        const example_state *s = g[k].s;
+        for (int i = 0; i < g[k].n_cells && !rc; i++) {
+            cell *c = &g[k].cells[i];
             if (!c->done || !c->kv) continue;
             kvp_kv_mem mem;
             kvp_kv_memory(c->kv, &mem);
             outcome o = {.cond = c->policy >= 0 ? r->policy_name[c->policy] : kvp_condition_name(c->cond), .L = c->L, .W = c->W, .applied = 1, .tok = c->tok,
-                         .n_tok = c->n_tok, .stop = c->stop, .kl = c->kl_sum, .kl_n = c->kl_n, .n_prompt = n,
+                         .n_tok = c->n_tok, .stop = c->stop, .kl = c->kl_sum, .kl_n = c->kl_n, .n_prompt = s->prompt.n,
                          .readout = c->readout, .cand_lp = sweep_is_loglik(r->o->readout) ? c->cand_lp : NULL,
                          .margin = r->o->margins ? c->margin : NULL, .seconds = sweep_now_s() - c->t0,
                          .kv_bytes = mem.bytes, .kv_entries = mem.slots, .prompt_own = c->prompt_own};
             agreement(s, c, &o.agreement, &o.first_div);
-            rc = sweep_write_record(r, ex, &o);
+            rc = sweep_write_record(r, g[k].ex, &o);
             kvp_kv_free(c->kv);
             c->kv = NULL;
         }
     }
     free(rows);
     free(act);
+    free(of);
     return rc;
 }

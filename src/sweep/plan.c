@@ -104,7 +104,11 @@ int sweep_setup(run_ctx *r) {
                 return kvp_fail(err, KVP_E_INVALID, "--kv-policy %s given twice", r->policy_name[i]);
     }
     r->n_policies = o->n_policies;
-    int batch = cells_per_w * r->n_steps + r->n_policies; /* all cells of an example decode together */
+    r->cells_per_example = cells_per_w * r->n_steps + r->n_policies;
+    /* Cells of up to two examples decode together (schedule.c), except where the run keeps
+     * per-example read-out state (candidates) or decodes cell by cell. */
+    r->flights = o->readout == KVP_READOUT_TEXT && !o->unbatched ? KVP_SWEEP_FLIGHTS : 1;
+    int batch = r->cells_per_example * r->flights; /* all cells in flight decode together */
     r->prec = KVP_SWEEP_PRECISION;
     if (o->precision && kvp_precision_from_name(o->precision, &r->prec))
         return kvp_fail(err, KVP_E_INVALID, "unknown precision '%s' (q8, q8x2, f32)", o->precision);
@@ -116,7 +120,7 @@ int sweep_setup(run_ctx *r) {
 }
 
 void sweep_free_run(run_ctx *r) {
-    sweep_forget_scores(r);
+    sweep_forget_scores(r, NULL);
     for (int c = 0; c < KVP_MAX_CAND; c++) free(r->cont[c]);
     free(r->scored);
     for (int i = 0; i < r->n_done; i++) free(r->done_keys[i]);

@@ -2,18 +2,19 @@
  * JSON line; the progress line. */
 #include "sweep_impl.h"
 
-void sweep_forget_scores(run_ctx *r) {
-    for (int i = 0; i < r->n_scored; i++) free(r->scored[i].text);
-    r->n_scored = 0;
-    r->scored_ex = NULL;
+void sweep_forget_scores(run_ctx *r, const kvp_example *ex) {
+    int k = 0;
+    for (int i = 0; i < r->n_scored; i++) {
+        if (!ex || r->scored[i].ex == ex) free(r->scored[i].text);
+        else r->scored[k++] = r->scored[i];
+    }
+    r->n_scored = k;
 }
 
 /* kvp_score, once per distinct output text of an example (the same text scores the same). */
 static int score_cached(run_ctx *r, const kvp_example *ex, const char *text, kvp_score_result *sc) {
-    if (r->scored_ex != ex) sweep_forget_scores(r);
-    r->scored_ex = ex;
     for (int i = 0; i < r->n_scored; i++)
-        if (!strcmp(r->scored[i].text, text)) {
+        if (r->scored[i].ex == ex && !strcmp(r->scored[i].text, text)) {
             *sc = r->scored[i].res;
             return 0;
         }
@@ -27,7 +28,7 @@ static int score_cached(run_ctx *r, const kvp_example *ex, const char *text, kvp
         r->cap_scored = cap;
     }
     char *copy = strdup(text);
-    if (copy) r->scored[r->n_scored++] = (struct scored){copy, *sc};
+    if (copy) r->scored[r->n_scored++] = (struct scored){ex, copy, *sc};
     return 0;
 }
 

@@ -2,12 +2,10 @@
  *
  * Data flow per example: prompt -> tokens (chat template, labels) -> clean prefill -> clean
  * greedy decode (tokens, logits) -> per W: fork the clean cache at step W -> splice every
- * (condition, L) cell -> decode all cells of this W as one batch -> score -> records. */
+ * (condition, L) cell -> decode the cells as one batch, beside those of the example before
+ * (schedule.c) -> score -> records. */
 #include "sweep_impl.h"
 
-/* Fork caches of one example decoding at once are capped at this many bytes (larger grids
- * decode in waves of whole W groups). */
-#define KVP_SWEEP_FORK_BYTES ((size_t)4 << 30)
 /* Clean baselines decode this many examples side by side. */
 #define KVP_CLEAN_GROUP 32
 
@@ -17,7 +15,7 @@ double sweep_now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void free_state(example_state *s) {
+void sweep_free_state(example_state *s) {
     kvp_prompt_free(&s->prompt);
     kvp_prompt_free(&s->blank);
     kvp_prompt_free(&s->other);
@@ -31,7 +29,7 @@ static void free_state(example_state *s) {
     for (int c = 0; c < KVP_MAX_CAND; c++) kvp_kv_free(s->cont_kv[c]), free(s->cont_lp[c]);
 }
 
-static void free_cell(cell *c) {
+void sweep_free_cell(cell *c) {
     kvp_kv_free(c->kv);
     free(c->tok);
     free(c->margin);
@@ -39,14 +37,13 @@ static void free_cell(cell *c) {
     free(c->logits);
 }
 
-static int max_step(const run_ctx *r) {
+int sweep_max_step(const run_ctx *r) {
     int m = 0;
     for (int i = 0; i < r->n_steps; i++) m = r->steps[i] > m ? r->steps[i] : m;
     return m;
 }
 
-/* Does example ei still have a record to write? */
-static int has_work(const run_ctx *r, int ei) {
+int sweep_has_work(const run_ctx *r, int ei) {
     const char *id = r->ds.ex[ei].id;
     int todo = !sweep_is_done(r, id, kvp_condition_name(KVP_COND_CLEAN), r->hp->n_layer, 0);
     for (int w = 0; w < r->n_steps; w++)
@@ -58,9 +55,8 @@ static int has_work(const run_ctx *r, int ei) {
     return todo;
 }
 
-/* The example's prompt and prefills: the prompt without its last token (that token is decode
- * step 0) and the donors its conditions need. */
-static int prepare(run_ctx *r, int ei, example_state *s) {
+/* The prompt without its last token (that token is decode step 0) is prefilled. */
+int sweep_prepare(run_ctx *r, int ei, example_state *s) {
     const kvp_example *ex = &r->ds.ex[ei];
     memset(s, 0, sizeof *s);
     s->t0 = sweep_now_s();
@@ -86,118 +82,16 @@ static int prepare(run_ctx *r, int ei, example_state *s) {
     return 0;
 }
 
-/* After the clean run: its read-out and record, then every cell. */
-static int finish_example(run_ctx *r, int ei, example_state *ps) {
+int sweep_begin_example(run_ctx *r, int ei, example_state *s) {
     const kvp_example *ex = &r->ds.ex[ei];
     const char *clean_name = kvp_condition_name(KVP_COND_CLEAN);
-    example_state s = *ps; /* (the caller frees it) */
-    int rc = 0, V = r->hp->n_vocab, n = s.prompt.n;
-    double t0 = s.t0;
-    if (r->o->readout && sweep_readout_candidates(r, ex)) goto fail;
-    const int loglik = sweep_is_loglik(r->o->readout);
-    if (loglik ? sweep_loglik_clean(r, &s) : (s.clean_readout = sweep_readout(r, s.clean_logits), 0)) goto fail;
-    outcome clean = sweep_clean_outcome(r, &s, clean_name, r->hp->n_layer, 0);
-    clean.seconds = sweep_now_s() - t0;
-    if (!sweep_is_done(r, ex->id, clean_name, r->hp->n_layer, 0) && (rc = sweep_write_record(r, ex, &clean))) goto out;
-
-    /* Every cell forks the finished clean run at its own W, so cells of all W decode together
-     * as one batch (one forward pass per step for all of them) — in waves when their caches
-     * would not fit in KVP_SWEEP_FORK_BYTES. Edits past the end of the clean run are recorded
-     * as not applied (the clean continuation). */
-    int max_cells = r->n_steps * r->n_conds * r->n_layers + r->n_policies, n_cells = 0;
-    cell *cells = calloc((size_t)(max_cells ? max_cells : 1), sizeof *cells);
-    if (!cells) {
-        rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
-        goto out;
-    }
-    size_t fork_bytes = kvp_kv_bytes(s.clean), wave_bytes = 0;
-    double tw = sweep_now_s();
-    for (int w = 0; w <= r->n_steps && !rc; w++) {
-        int W = w < r->n_steps ? r->steps[w] : 0, group = 0;
-        for (int c = 0; c < r->n_conds && w < r->n_steps; c++)
-            for (int l = 0; l < r->n_layers; l++)
-                group += r->conds[c] != KVP_COND_CLEAN && !sweep_is_done(r, ex->id, kvp_condition_name(r->conds[c]), r->layers[l], W) &&
-                         W < s.clean_steps;
-        for (int i = 0; i < r->n_policies && w == 0; i++) group += !sweep_is_done(r, ex->id, r->policy_name[i], 0, 0);
-        /* decode the wave so far if this W's cells would overflow it (or at the end) */
-        if (n_cells && (w == r->n_steps || wave_bytes + (size_t)group * fork_bytes > KVP_SWEEP_FORK_BYTES)) {
-            rc = sweep_decode_cells(r, &s, ex, cells, n_cells);
-            for (int i = 0; i < n_cells; i++) free_cell(&cells[i]);
-            memset(cells, 0, (size_t)n_cells * sizeof *cells);
-            n_cells = 0;
-            wave_bytes = 0;
-            tw = sweep_now_s();
-            sweep_progress(r, ei, 0);
-        }
-        if (w == r->n_steps) break;
-        for (int i = 0; i < r->n_policies && w == 0 && !rc; i++) { /* the policies' cells join the first wave */
-            if (sweep_is_done(r, ex->id, r->policy_name[i], 0, 0)) continue;
-            cell *ce = &cells[n_cells++];
-            rc = sweep_policy_cell(r, &s, ex, i, ce);
-            ce->t0 = tw;
-            wave_bytes += fork_bytes;
-        }
-        for (int c = 0; c < r->n_conds && !rc; c++) {
-            if (r->conds[c] == KVP_COND_CLEAN) continue;
-            for (int l = 0; l < r->n_layers && !rc; l++) {
-                const char *cn = kvp_condition_name(r->conds[c]);
-                if (sweep_is_done(r, ex->id, cn, r->layers[l], W)) continue;
-                kvp_splice sp = {.cond = r->conds[c], .layer_from = r->layers[l], .span = r->o->span, .n_prompt = n,
-                                 .seg = s.prompt.seg, .seed = r->o->seed ^ (uint64_t)ei * 0x9E3779B97F4A7C15ull,
-                                 .donor = r->conds[c] == KVP_COND_OTHER ? s.donor_other : s.donor_blank};
-                if (W >= s.clean_steps) { /* the clean run ended before step W: nothing to edit */
-                    outcome o = sweep_clean_outcome(r, &s, cn, r->layers[l], W);
-                    double lp[KVP_MAX_CAND];
-                    if (loglik && (rc = sweep_loglik_cell(r, &s, &sp, W, lp, &o.readout))) break;
-                    if (loglik) o.cand_lp = lp;
-                    rc = sweep_write_record(r, ex, &o);
-                    continue;
-                }
-                cell *ce = &cells[n_cells++];
-                ce->cond = r->conds[c];
-                ce->policy = -1;
-                ce->L = r->layers[l];
-                ce->W = W;
-                ce->t0 = tw;
-                ce->applied = 1;
-                ce->tok = malloc((size_t)(r->max_new + 1) * sizeof *ce->tok);
-                ce->margin = malloc((size_t)(r->max_new + 1) * sizeof *ce->margin);
-                ce->logits = malloc((size_t)V * sizeof(float));
-                if (!ce->tok || !ce->margin || !ce->logits || sweep_text_start(r, ex, &s, W, &ce->text) ||
-                    !(ce->kv = kvp_kv_clone(s.clean, r->err)) || kvp_kv_truncate(ce->kv, n - 1 + W, r->err)) {
-                    rc = r->err->code ? r->err->code : kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
-                    break;
-                }
-                wave_bytes += fork_bytes;
-                memcpy(ce->tok, s.clean_tok, (size_t)W * sizeof *ce->tok); /* tokens before W are clean */
-                memcpy(ce->margin, s.clean_margin, (size_t)W * sizeof *ce->margin);
-                ce->n_tok = W;
-                rc = kvp_splice_apply(ce->kv, &sp, r->err);
-                ce->prompt_own = sweep_prompt_kv_own(ce->kv, &sp, n);
-                ce->readout = W == 0 ? -1 : s.clean_readout; /* first-token: set at step 0 if W = 0 */
-                if (!rc && loglik) rc = sweep_loglik_cell(r, &s, &sp, W, ce->cand_lp, &ce->readout);
-            }
-        }
-    }
-    for (int i = 0; i < n_cells; i++) free_cell(&cells[i]);
-    free(cells);
-    goto out;
-fail:
-    rc = r->err->code ? r->err->code : KVP_E_NOMEM;
-out:
-    *ps = s;
-    return rc;
-}
-
-static int run_example(run_ctx *r, int ei) {
-    if (!has_work(r, ei)) return 0;
-    example_state s;
-    int rc = prepare(r, ei, &s);
-    if (!rc) rc = sweep_clean_decode(r, &r->ds.ex[ei], &s, max_step(r) + r->kl_steps);
-    if (!rc) rc = finish_example(r, ei, &s);
-    free_state(&s);
-    if (rc) kvp_wrap(r->err, "example %s", r->ds.ex[ei].id);
-    return rc;
+    if (r->o->readout && sweep_readout_candidates(r, ex)) return r->err->code ? r->err->code : KVP_E_NOMEM;
+    if (sweep_is_loglik(r->o->readout) ? sweep_loglik_clean(r, s) : (s->clean_readout = sweep_readout(r, s->clean_logits), 0))
+        return r->err->code ? r->err->code : KVP_E_NOMEM;
+    outcome clean = sweep_clean_outcome(r, s, clean_name, r->hp->n_layer, 0);
+    clean.seconds = sweep_now_s() - s->t0;
+    if (sweep_is_done(r, ex->id, clean_name, r->hp->n_layer, 0)) return 0;
+    return sweep_write_record(r, ex, &clean);
 }
 
 /* A grid without edited cells (a clean baseline): up to the batch size of examples decode side
@@ -207,15 +101,15 @@ static int run_clean_group(run_ctx *r, int e0, int e1) {
     example_state st[KVP_CLEAN_GROUP], *sp[KVP_CLEAN_GROUP];
     const kvp_example *exs[KVP_CLEAN_GROUP];
     for (int ei = e0; ei < e1 && !rc; ei++) {
-        if (!has_work(r, ei)) continue;
+        if (!sweep_has_work(r, ei)) continue;
         idx[n] = ei, sp[n] = &st[n], exs[n] = &r->ds.ex[ei];
-        rc = prepare(r, ei, &st[n++]);
+        rc = sweep_prepare(r, ei, &st[n++]);
         if (rc) kvp_wrap(r->err, "example %s", r->ds.ex[ei].id);
     }
     if (!rc && n) rc = sweep_clean_decode_group(r, exs, sp, n, 0);
     for (int i = 0; i < n && !rc; i++)
-        if ((rc = finish_example(r, idx[i], &st[i]))) kvp_wrap(r->err, "example %s", r->ds.ex[idx[i]].id);
-    for (int i = 0; i < n; i++) free_state(&st[i]);
+        if ((rc = sweep_begin_example(r, idx[i], &st[i]))) kvp_wrap(r->err, "example %s", r->ds.ex[idx[i]].id);
+    for (int i = 0; i < n; i++) sweep_free_state(&st[i]), sweep_forget_scores(r, &r->ds.ex[idx[i]]);
     return rc;
 }
 
@@ -245,8 +139,9 @@ int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err) {
         for (int c = 0; c < r.n_conds; c++) cells += r.conds[c] != KVP_COND_CLEAN;
         cells += r.n_policies;
         if (cells || o->unbatched || sweep_is_loglik(o->readout)) group = 1;
-        for (int i = 0; i < r.ds.n && !rc; i += group) {
-            rc = group > 1 ? run_clean_group(&r, i, i + group < r.ds.n ? i + group : r.ds.n) : run_example(&r, i);
+        if (group == 1) rc = sweep_run_examples(&r);
+        for (int i = 0; group > 1 && i < r.ds.n && !rc; i += group) {
+            rc = run_clean_group(&r, i, i + group < r.ds.n ? i + group : r.ds.n);
             sweep_progress(&r, i + group < r.ds.n ? i + group : r.ds.n, 0);
         }
         sweep_progress(&r, r.ds.n, 1);

@@ -22,6 +22,7 @@
 
 #define KVP_MAX_CAND 26 /* choices A..Z */
 #define KVP_LOGLIK_MAX_TOKENS 64 /* a longer continuation is scored on its first 64 tokens */
+#define KVP_SWEEP_FLIGHTS 2      /* examples in flight at most (schedule.c) */
 
 typedef struct run_ctx {
     const kvp_sweep_opts *o;
@@ -54,11 +55,12 @@ typedef struct run_ctx {
     int32_t *cont[KVP_MAX_CAND];
     int n_cont[KVP_MAX_CAND];
     size_t cont_bytes[KVP_MAX_CAND]; /* loglik-norm divides by the continuation's length in bytes */
-    /* scores of this example's distinct outputs: cells often repeat the clean text, and a code
-     * score costs a sandboxed Python run */
-    const kvp_example *scored_ex;
-    struct scored { char *text; kvp_score_result res; } *scored;
+    /* scores of the distinct outputs of the examples in flight: cells often repeat the clean
+     * text, and a code score costs a sandboxed Python run */
+    struct scored { const kvp_example *ex; char *text; kvp_score_result res; } *scored;
     int n_scored, cap_scored;
+    int cells_per_example; /* edited and policy cells of one example */
+    int flights;           /* examples whose cells decode together (schedule.c) */
     /* progress */
     long cells_total, cells_finished, cells_this_run;
     double t_start, t_last_progress;
@@ -166,14 +168,22 @@ int sweep_is_end(const run_ctx *r, int32_t t);
 int sweep_clean_decode(run_ctx *r, const kvp_example *ex, example_state *s, int n_save);
 /* The clean runs of n examples side by side (one forward pass per step for all). */
 int sweep_clean_decode_group(run_ctx *r, const kvp_example *const *ex, example_state *const *s, int n, int n_save);
-int sweep_decode_cells(run_ctx *r, example_state *s, const kvp_example *ex, cell *cells, int n_cells);
+/* The cells of one example in flight (its current wave). */
+typedef struct cell_group {
+    const example_state *s;
+    const kvp_example *ex;
+    cell *cells;
+    int n_cells;
+} cell_group;
+int sweep_decode_step(run_ctx *r, cell_group *g, int n_groups);
 /* A cell's text so far: the response prefix, then the clean run's first W tokens. */
 int sweep_text_start(run_ctx *r, const kvp_example *ex, const example_state *s, int W, gen_text *t);
 /* The clean run's outcome, for the clean record and for cells whose W lies past its end. */
 outcome sweep_clean_outcome(const run_ctx *r, const example_state *s, const char *cond, int L, int W);
 
 /* records.c */
-void sweep_forget_scores(run_ctx *r);
+/* Forget the remembered scores of example ex (NULL: of every example). */
+void sweep_forget_scores(run_ctx *r, const kvp_example *ex);
 int sweep_write_record(run_ctx *r, const kvp_example *ex, const outcome *o);
 void sweep_progress(run_ctx *r, int ex_done, int force);
 
@@ -186,7 +196,19 @@ int sweep_load_done(run_ctx *r, const char *path);
 int sweep_extend_records(run_ctx *r, const char *dir, int old_max);
 int sweep_check_config(run_ctx *r, const char *dir);
 
+/* schedule.c: the examples of the dataset from the first, their cells decoding together */
+int sweep_run_examples(run_ctx *r);
+
 /* sweep.c */
 double sweep_now_s(void);
+/* Does example ei still have a record to write? */
+int sweep_has_work(const run_ctx *r, int ei);
+/* The example's prompt and prefills (the clean one and the donors its conditions need). */
+int sweep_prepare(run_ctx *r, int ei, example_state *s);
+/* Its read-out candidates and the clean record, once the clean run is decoded. */
+int sweep_begin_example(run_ctx *r, int ei, example_state *s);
+int sweep_max_step(const run_ctx *r);
+void sweep_free_state(example_state *s);
+void sweep_free_cell(cell *c);
 
 #endif

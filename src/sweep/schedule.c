@@ -1,0 +1,189 @@
+/* Examples in flight: which cells decode together.
+ *
+ * Every cell forks an example's finished clean run at its own W, so the cells of all W decode
+ * as one batch (one forward pass per step for all of them), in waves when their caches would
+ * not fit in KVP_SWEEP_FORK_BYTES. Cells stop at different steps: most at their answer's end,
+ * a few (token loops) only at the token limit, and a batch of those few reads every weight for
+ * little work. So once fewer than half of an example's cells are left decoding, the next
+ * example is prepared and its cells join the same forward passes (up to KVP_SWEEP_FLIGHTS
+ * examples in flight). A cell's tokens and record do not depend on the rows beside it; only
+ * the order of the records in results.jsonl interleaves between the examples in flight. */
+#include "sweep_impl.h"
+
+/* Fork caches of one example decoding at once are capped at this many bytes (larger grids
+ * decode in waves of whole W groups). */
+#define KVP_SWEEP_FORK_BYTES ((size_t)4 << 30)
+
+typedef struct flight {
+    int ei;
+    example_state s;
+    cell *cells; /* the current wave */
+    int n_cells;
+    int w;       /* the next W group (index into r->steps) to fork */
+} flight;
+
+static void flight_free(flight *f) {
+    for (int i = 0; i < f->n_cells; i++) sweep_free_cell(&f->cells[i]);
+    free(f->cells);
+    sweep_free_state(&f->s);
+    memset(f, 0, sizeof *f);
+}
+
+/* An edited cell: the clean cache forked at step W, spliced. */
+static int fork_cell(run_ctx *r, flight *f, const kvp_splice *sp, int L, int W, double t0, cell *ce) {
+    const example_state *s = &f->s;
+    int V = r->hp->n_vocab, n = s->prompt.n;
+    ce->cond = sp->cond;
+    ce->policy = -1;
+    ce->L = L;
+    ce->W = W;
+    ce->t0 = t0;
+    ce->applied = 1;
+    ce->tok = malloc((size_t)(r->max_new + 1) * sizeof *ce->tok);
+    ce->margin = malloc((size_t)(r->max_new + 1) * sizeof *ce->margin);
+    ce->logits = malloc((size_t)V * sizeof(float));
+    if (!ce->tok || !ce->margin || !ce->logits || sweep_text_start(r, &r->ds.ex[f->ei], s, W, &ce->text) ||
+        !(ce->kv = kvp_kv_clone(s->clean, r->err)) || kvp_kv_truncate(ce->kv, n - 1 + W, r->err))
+        return r->err->code ? r->err->code : kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    memcpy(ce->tok, s->clean_tok, (size_t)W * sizeof *ce->tok); /* tokens before W are clean */
+    memcpy(ce->margin, s->clean_margin, (size_t)W * sizeof *ce->margin);
+    ce->n_tok = W;
+    int rc = kvp_splice_apply(ce->kv, sp, r->err);
+    ce->prompt_own = sweep_prompt_kv_own(ce->kv, sp, n);
+    ce->readout = W == 0 ? -1 : s->clean_readout; /* first-token: set at step 0 if W = 0 */
+    if (!rc && sweep_is_loglik(r->o->readout)) rc = sweep_loglik_cell(r, s, sp, W, ce->cand_lp, &ce->readout);
+    return rc;
+}
+
+/* The next wave of the example's cells: the W groups from f->w on that fit the fork budget
+ * together (at least one). Edits past the end of the clean run are recorded at once as not
+ * applied (the clean continuation). f->n_cells = 0: no cell left to decode. */
+static int next_wave(run_ctx *r, flight *f) {
+    const kvp_example *ex = &r->ds.ex[f->ei];
+    const example_state *s = &f->s;
+    const int loglik = sweep_is_loglik(r->o->readout);
+    int rc = 0, n = s->prompt.n;
+    for (int i = 0; i < f->n_cells; i++) sweep_free_cell(&f->cells[i]);
+    memset(f->cells, 0, (size_t)f->n_cells * sizeof *f->cells);
+    f->n_cells = 0;
+    size_t fork_bytes = kvp_kv_bytes(s->clean), wave_bytes = 0;
+    double tw = sweep_now_s();
+    for (; f->w < r->n_steps && !rc; f->w++) {
+        int w = f->w, W = r->steps[w], group = 0;
+        for (int c = 0; c < r->n_conds; c++)
+            for (int l = 0; l < r->n_layers; l++)
+                group += r->conds[c] != KVP_COND_CLEAN && !sweep_is_done(r, ex->id, kvp_condition_name(r->conds[c]), r->layers[l], W) &&
+                         W < s->clean_steps;
+        for (int i = 0; i < r->n_policies && w == 0; i++) group += !sweep_is_done(r, ex->id, r->policy_name[i], 0, 0);
+        if (f->n_cells && wave_bytes + (size_t)group * fork_bytes > KVP_SWEEP_FORK_BYTES) break;
+        for (int i = 0; i < r->n_policies && w == 0 && !rc; i++) { /* the policies' cells join the first wave */
+            if (sweep_is_done(r, ex->id, r->policy_name[i], 0, 0)) continue;
+            cell *ce = &f->cells[f->n_cells++];
+            rc = sweep_policy_cell(r, s, ex, i, ce);
+            ce->t0 = tw;
+            wave_bytes += fork_bytes;
+        }
+        for (int c = 0; c < r->n_conds && !rc; c++) {
+            if (r->conds[c] == KVP_COND_CLEAN) continue;
+            const char *cn = kvp_condition_name(r->conds[c]);
+            for (int l = 0; l < r->n_layers && !rc; l++) {
+                if (sweep_is_done(r, ex->id, cn, r->layers[l], W)) continue;
+                kvp_splice sp = {.cond = r->conds[c], .layer_from = r->layers[l], .span = r->o->span, .n_prompt = n,
+                                 .seg = s->prompt.seg, .seed = r->o->seed ^ (uint64_t)f->ei * 0x9E3779B97F4A7C15ull,
+                                 .donor = r->conds[c] == KVP_COND_OTHER ? s->donor_other : s->donor_blank};
+                if (W >= s->clean_steps) { /* the clean run ended before step W: nothing to edit */
+                    outcome o = sweep_clean_outcome(r, s, cn, r->layers[l], W);
+                    double lp[KVP_MAX_CAND];
+                    if (loglik && (rc = sweep_loglik_cell(r, s, &sp, W, lp, &o.readout))) break;
+                    if (loglik) o.cand_lp = lp;
+                    rc = sweep_write_record(r, ex, &o);
+                    continue;
+                }
+                rc = fork_cell(r, f, &sp, r->layers[l], W, tw, &f->cells[f->n_cells++]);
+                wave_bytes += fork_bytes;
+            }
+        }
+    }
+    return rc;
+}
+
+/* Prepare example ei, decode its clean run, write its clean record and fork its first wave. */
+static int start(run_ctx *r, int ei, flight *f) {
+    memset(f, 0, sizeof *f);
+    f->ei = ei;
+    int max_cells = r->cells_per_example;
+    if (!(f->cells = calloc((size_t)(max_cells ? max_cells : 1), sizeof *f->cells)))
+        return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    int rc = sweep_prepare(r, ei, &f->s);
+    if (!rc) rc = sweep_clean_decode(r, &r->ds.ex[ei], &f->s, sweep_max_step(r) + r->kl_steps);
+    if (!rc) rc = sweep_begin_example(r, ei, &f->s);
+    if (!rc) rc = next_wave(r, f);
+    return rc;
+}
+
+static int n_decoding(const flight *f) {
+    int k = 0;
+    for (int i = 0; i < f->n_cells; i++) k += !f->cells[i].done;
+    return k;
+}
+
+int sweep_run_examples(run_ctx *r) {
+    flight fl[KVP_SWEEP_FLIGHTS];
+    cell_group g[KVP_SWEEP_FLIGHTS];
+    int nf = 0, next = 0, finished = 0, rc = 0;
+    while (!rc) {
+        int decoding = 0;
+        for (int k = 0; k < nf; k++) decoding += n_decoding(&fl[k]);
+        /* the next example joins once fewer than half of an example's cells are decoding */
+        while (!rc && next < r->ds.n && nf < r->flights && (nf == 0 || 2 * decoding < r->cells_per_example)) {
+            int ei = next++;
+            if (!sweep_has_work(r, ei)) {
+                sweep_progress(r, ++finished, 0);
+                continue;
+            }
+            flight *f = &fl[nf];
+            if ((rc = start(r, ei, f))) {
+                kvp_wrap(r->err, "example %s", r->ds.ex[ei].id);
+                flight_free(f);
+                break;
+            }
+            if (!f->n_cells) { /* every record written already */
+                sweep_forget_scores(r, &r->ds.ex[ei]);
+                flight_free(f);
+                sweep_progress(r, ++finished, 0);
+                continue;
+            }
+            decoding += n_decoding(f);
+            nf++;
+        }
+        if (rc || !nf) break;
+        for (int k = 0; k < nf; k++) g[k] = (cell_group){&fl[k].s, &r->ds.ex[fl[k].ei], fl[k].cells, fl[k].n_cells};
+        if ((rc = sweep_decode_step(r, g, nf))) {
+            kvp_wrap(r->err, "example %s", r->ds.ex[fl[0].ei].id);
+            break;
+        }
+        for (int k = 0; k < nf && !rc;) { /* a finished wave: the example's next, or its end */
+            flight *f = &fl[k];
+            if (n_decoding(f)) {
+                k++;
+                continue;
+            }
+            if ((rc = next_wave(r, f))) {
+                kvp_wrap(r->err, "example %s", r->ds.ex[f->ei].id);
+                break;
+            }
+            sweep_progress(r, finished, 0);
+            if (f->n_cells) {
+                k++;
+                continue;
+            }
+            sweep_forget_scores(r, &r->ds.ex[f->ei]);
+            flight_free(f);
+            memmove(&fl[k], &fl[k + 1], (size_t)(nf - k - 1) * sizeof *fl);
+            nf--;
+            sweep_progress(r, ++finished, 0);
+        }
+    }
+    for (int k = 0; k < nf; k++) flight_free(&fl[k]);
+    return rc;
+}
