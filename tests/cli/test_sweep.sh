@@ -61,10 +61,10 @@ else notok "sweep: the same command gives the same records"; fi
 # With 24 tokens some cells stop at their answer and others run on, so the next example's cells
 # join the batch of the one before (schedule.c): their records interleave, and equal those of
 # decoding each cell alone.
-"$KVPROBE" sweep $ARGS --max-new-tokens 24 --out "$tmp/f" >/dev/null 2>&1
-"$KVPROBE" sweep $ARGS --max-new-tokens 24 --unbatched --out "$tmp/u" >/dev/null 2>&1
+"$KVPROBE" sweep $ARGS --max-new-tokens 24 --dataset sst2:2 --out "$tmp/f" >/dev/null 2>&1
+"$KVPROBE" sweep $ARGS --max-new-tokens 24 --dataset sst2:2 --unbatched --out "$tmp/u" >/dev/null 2>&1
 interleaved=$(sed 's/.*"example_id":"\([^"]*\)".*/\1/' "$tmp/f/results.jsonl" | uniq | wc -l)
-if [ "$interleaved" -gt 3 ] && [ "$(records "$tmp/f/results.jsonl")" = "$(records "$tmp/u/results.jsonl")" ]; then
+if [ "$interleaved" -gt 2 ] && [ "$(records "$tmp/f/results.jsonl")" = "$(records "$tmp/u/results.jsonl")" ]; then
     ok "sweep: batched forks of two examples in flight give the records of one-cell-at-a-time decoding"
 else notok "sweep: batched == unbatched ($interleaved runs of example ids)"; fi
 
