@@ -179,6 +179,7 @@ int sweep_decode_step(run_ctx *r, cell_group *g, int n_groups) {
             for (int k = 0; k < n_act && !rc; k++) rc = kvp_forward(r->ctx, &rows[k], 1, r->err);
         else
             rc = kvp_forward(r->ctx, rows, n_act, r->err);
+        if (rc) kvp_wrap(r->err, "example %s%s", of[0]->ex->id, of[n_act - 1] != of[0] ? " (and the next, decoding beside it)" : "");
         for (int k = 0; k < n_act && !rc; k++) {
             cell *c = act[k];
             const example_state *s = of[k]->s;
@@ -195,7 +196,7 @@ int sweep_decode_step(run_ctx *r, cell_group *g, int n_groups) {
             }
             c->tok[c->n_tok++] = t;
             int hit = text_add(r, of[k]->ex, &c->text, t);
-            if (hit < 0) rc = kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+            if (hit < 0) rc = kvp_fail(r->err, KVP_E_NOMEM, "example %s: out of memory", of[k]->ex->id);
             if (hit > 0) c->stop = STOP_SEQUENCE, c->done = 1;
             else if (c->n_tok >= r->max_new) c->stop = STOP_MAX_TOKENS, c->done = 1;
         }
@@ -213,7 +214,7 @@ int sweep_decode_step(run_ctx *r, cell_group *g, int n_groups) {
                          .margin = r->o->margins ? c->margin : NULL, .seconds = sweep_now_s() - c->t0,
                          .kv_bytes = mem.bytes, .kv_entries = mem.slots, .prompt_own = c->prompt_own};
             agreement(s, c, &o.agreement, &o.first_div);
-            rc = sweep_write_record(r, g[k].ex, &o);
+            if ((rc = sweep_write_record(r, g[k].ex, &o))) kvp_wrap(r->err, "example %s", g[k].ex->id);
             kvp_kv_free(c->kv);
             c->kv = NULL;
         }

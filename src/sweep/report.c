@@ -165,7 +165,9 @@ static int load(report *r, const char *path, kvp_error *err) {
             if (!strcmp(r->conds[k], c->valuestring)) ci = k;
         r->c[r->n_c++] = (cellrec){ex, ci, L->valueint, W->valueint, sc->valuedouble > 0.5, e, cJSON_IsTrue(lp),
                                    cJSON_IsString(sr) && !strcmp(sr->valuestring, "max_tokens")};
-        if (r->n_s < 400) { /* the first examples' records, for side-by-side completions */
+        /* the first three examples' records, wherever they lie (two examples in flight interleave
+         * theirs), for side-by-side completions */
+        if (ex < 3 && (!strcmp(c->valuestring, "clean") || !strcmp(c->valuestring, "blank") || !strcmp(c->valuestring, "zero"))) {
             if (r->n_s == r->cap_s) {
                 r->cap_s = r->cap_s ? 2 * r->cap_s : 64;
                 r->s = realloc(r->s, (size_t)r->cap_s * sizeof *r->s);

@@ -10,8 +10,8 @@
  * the order of the records in results.jsonl interleaves between the examples in flight. */
 #include "sweep_impl.h"
 
-/* Fork caches of one example decoding at once are capped at this many bytes (larger grids
- * decode in waves of whole W groups). */
+/* Fork caches decoding at once (of every example in flight) are capped at this many bytes
+ * (larger grids decode in waves of whole W groups). */
 #define KVP_SWEEP_FORK_BYTES ((size_t)4 << 30)
 
 typedef struct flight {
@@ -20,6 +20,7 @@ typedef struct flight {
     cell *cells; /* the current wave */
     int n_cells;
     int w;       /* the next W group (index into r->steps) to fork */
+    size_t fork_bytes; /* what one fork of the clean cache is counted for */
 } flight;
 
 static void flight_free(flight *f) {
@@ -55,10 +56,10 @@ static int fork_cell(run_ctx *r, flight *f, const kvp_splice *sp, int L, int W, 
     return rc;
 }
 
-/* The next wave of the example's cells: the W groups from f->w on that fit the fork budget
- * together (at least one). Edits past the end of the clean run are recorded at once as not
- * applied (the clean continuation). f->n_cells = 0: no cell left to decode. */
-static int next_wave(run_ctx *r, flight *f) {
+/* The next wave of the example's cells: the W groups from f->w on that fit in budget bytes of
+ * forks together (at least one). Edits past the end of the clean run are recorded at once as
+ * not applied (the clean continuation). f->n_cells = 0: no cell left to decode. */
+static int next_wave(run_ctx *r, flight *f, size_t budget) {
     const kvp_example *ex = &r->ds.ex[f->ei];
     const example_state *s = &f->s;
     const int loglik = sweep_is_loglik(r->o->readout);
@@ -66,7 +67,7 @@ static int next_wave(run_ctx *r, flight *f) {
     for (int i = 0; i < f->n_cells; i++) sweep_free_cell(&f->cells[i]);
     memset(f->cells, 0, (size_t)f->n_cells * sizeof *f->cells);
     f->n_cells = 0;
-    size_t fork_bytes = kvp_kv_bytes(s->clean), wave_bytes = 0;
+    size_t fork_bytes = f->fork_bytes, wave_bytes = 0;
     double tw = sweep_now_s();
     for (; f->w < r->n_steps && !rc; f->w++) {
         int w = f->w, W = r->steps[w], group = 0;
@@ -75,7 +76,7 @@ static int next_wave(run_ctx *r, flight *f) {
                 group += r->conds[c] != KVP_COND_CLEAN && !sweep_is_done(r, ex->id, kvp_condition_name(r->conds[c]), r->layers[l], W) &&
                          W < s->clean_steps;
         for (int i = 0; i < r->n_policies && w == 0; i++) group += !sweep_is_done(r, ex->id, r->policy_name[i], 0, 0);
-        if (f->n_cells && wave_bytes + (size_t)group * fork_bytes > KVP_SWEEP_FORK_BYTES) break;
+        if (f->n_cells && wave_bytes + (size_t)group * fork_bytes > budget) break;
         for (int i = 0; i < r->n_policies && w == 0 && !rc; i++) { /* the policies' cells join the first wave */
             if (sweep_is_done(r, ex->id, r->policy_name[i], 0, 0)) continue;
             cell *ce = &f->cells[f->n_cells++];
@@ -108,7 +109,7 @@ static int next_wave(run_ctx *r, flight *f) {
 }
 
 /* Prepare example ei, decode its clean run, write its clean record and fork its first wave. */
-static int start(run_ctx *r, int ei, flight *f) {
+static int start(run_ctx *r, int ei, flight *f, size_t budget) {
     memset(f, 0, sizeof *f);
     f->ei = ei;
     int max_cells = r->cells_per_example;
@@ -117,7 +118,7 @@ static int start(run_ctx *r, int ei, flight *f) {
     int rc = sweep_prepare(r, ei, &f->s);
     if (!rc) rc = sweep_clean_decode(r, &r->ds.ex[ei], &f->s, sweep_max_step(r) + r->kl_steps);
     if (!rc) rc = sweep_begin_example(r, ei, &f->s);
-    if (!rc) rc = next_wave(r, f);
+    if (!rc) f->fork_bytes = kvp_kv_bytes(f->s.clean), rc = next_wave(r, f, budget);
     return rc;
 }
 
@@ -127,6 +128,14 @@ static int n_decoding(const flight *f) {
     return k;
 }
 
+/* The fork budget left beside the flights other than skip (a finished cell's fork is freed). */
+static size_t budget_left(const flight *fl, int nf, const flight *skip) {
+    size_t live = 0;
+    for (int k = 0; k < nf; k++)
+        if (&fl[k] != skip) live += (size_t)n_decoding(&fl[k]) * fl[k].fork_bytes;
+    return live < KVP_SWEEP_FORK_BYTES ? KVP_SWEEP_FORK_BYTES - live : 0;
+}
+
 int sweep_run_examples(run_ctx *r) {
     flight fl[KVP_SWEEP_FLIGHTS];
     cell_group g[KVP_SWEEP_FLIGHTS];
@@ -134,15 +143,17 @@ int sweep_run_examples(run_ctx *r) {
     while (!rc) {
         int decoding = 0;
         for (int k = 0; k < nf; k++) decoding += n_decoding(&fl[k]);
-        /* the next example joins once fewer than half of an example's cells are decoding */
-        while (!rc && next < r->ds.n && nf < r->flights && (nf == 0 || 2 * decoding < r->cells_per_example)) {
+        /* the next example joins once fewer than half of an example's cells are decoding, and
+         * their forks leave it half of the budget */
+        while (!rc && next < r->ds.n && nf < r->flights &&
+               (nf == 0 || (2 * decoding < r->cells_per_example && 2 * budget_left(fl, nf, NULL) >= KVP_SWEEP_FORK_BYTES))) {
             int ei = next++;
             if (!sweep_has_work(r, ei)) {
                 sweep_progress(r, ++finished, 0);
                 continue;
             }
             flight *f = &fl[nf];
-            if ((rc = start(r, ei, f))) {
+            if ((rc = start(r, ei, f, budget_left(fl, nf, NULL)))) {
                 kvp_wrap(r->err, "example %s", r->ds.ex[ei].id);
                 flight_free(f);
                 break;
@@ -158,17 +169,14 @@ int sweep_run_examples(run_ctx *r) {
         }
         if (rc || !nf) break;
         for (int k = 0; k < nf; k++) g[k] = (cell_group){&fl[k].s, &r->ds.ex[fl[k].ei], fl[k].cells, fl[k].n_cells};
-        if ((rc = sweep_decode_step(r, g, nf))) {
-            kvp_wrap(r->err, "example %s", r->ds.ex[fl[0].ei].id);
-            break;
-        }
+        if ((rc = sweep_decode_step(r, g, nf))) break; /* (it names the example) */
         for (int k = 0; k < nf && !rc;) { /* a finished wave: the example's next, or its end */
             flight *f = &fl[k];
             if (n_decoding(f)) {
                 k++;
                 continue;
             }
-            if ((rc = next_wave(r, f))) {
+            if ((rc = next_wave(r, f, budget_left(fl, nf, f)))) {
                 kvp_wrap(r->err, "example %s", r->ds.ex[f->ei].id);
                 break;
             }
