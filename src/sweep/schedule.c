@@ -2,7 +2,7 @@
  *
  * Every cell forks an example's finished clean run at its own W, so the cells of all W decode
  * as one batch (one forward pass per step for all of them), in waves when their caches would
- * not fit in KVP_SWEEP_FORK_BYTES. Cells stop at different steps: most at their answer's end,
+ * not fit in the fork budget (fork_budget). Cells stop at different steps: most at their answer's end,
  * a few (token loops) only at the token limit, and a batch of those few reads every weight for
  * little work. So once fewer than half of an example's cells are left decoding, the next
  * example is prepared and its cells join the same forward passes (up to KVP_SWEEP_FLIGHTS
@@ -10,9 +10,18 @@
  * the order of the records in results.jsonl interleaves between the examples in flight. */
 #include "sweep_impl.h"
 
-/* Fork caches decoding at once (of every example in flight) are capped at this many bytes
- * (larger grids decode in waves of whole W groups). */
-#define KVP_SWEEP_FORK_BYTES ((size_t)4 << 30)
+/* The fork caches decoding at once (of every example in flight) are capped at a third of the
+ * machine's memory, within [1, 16] GiB; larger grids decode in waves of whole W groups. A fork
+ * is counted as the whole clean cache it shares pages with, about what a cell that stops
+ * near the clean run's length comes to own. The 1.5B model's HumanEval grid (133 cells of
+ * 10-68 MB) fits one wave for 162 of 164 examples with 8 GiB, where 4 GiB split 41 of them
+ * in two waves, each with its own tail of long cells. */
+static size_t fork_budget(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t b = pages > 0 && page > 0 ? (size_t)pages / 3 * (size_t)page : (size_t)4 << 30;
+    const size_t lo = (size_t)1 << 30, hi = (size_t)16 << 30;
+    return b < lo ? lo : b > hi ? hi : b;
+}
 
 typedef struct flight {
     int ei;
@@ -129,31 +138,32 @@ static int n_decoding(const flight *f) {
 }
 
 /* The fork budget left beside the flights other than skip (a finished cell's fork is freed). */
-static size_t budget_left(const flight *fl, int nf, const flight *skip) {
+static size_t budget_left(size_t budget, const flight *fl, int nf, const flight *skip) {
     size_t live = 0;
     for (int k = 0; k < nf; k++)
         if (&fl[k] != skip) live += (size_t)n_decoding(&fl[k]) * fl[k].fork_bytes;
-    return live < KVP_SWEEP_FORK_BYTES ? KVP_SWEEP_FORK_BYTES - live : 0;
+    return live < budget ? budget - live : 0;
 }
 
 int sweep_run_examples(run_ctx *r) {
     flight fl[KVP_SWEEP_FLIGHTS];
     cell_group g[KVP_SWEEP_FLIGHTS];
     int nf = 0, next = 0, finished = 0, rc = 0;
+    const size_t budget = fork_budget();
     while (!rc) {
         int decoding = 0;
         for (int k = 0; k < nf; k++) decoding += n_decoding(&fl[k]);
         /* the next example joins once fewer than half of an example's cells are decoding, and
          * their forks leave it half of the budget */
         while (!rc && next < r->ds.n && nf < r->flights &&
-               (nf == 0 || (2 * decoding < r->cells_per_example && 2 * budget_left(fl, nf, NULL) >= KVP_SWEEP_FORK_BYTES))) {
+               (nf == 0 || (2 * decoding < r->cells_per_example && 2 * budget_left(budget, fl, nf, NULL) >= budget))) {
             int ei = next++;
             if (!sweep_has_work(r, ei)) {
                 sweep_progress(r, ++finished, 0);
                 continue;
             }
             flight *f = &fl[nf];
-            if ((rc = start(r, ei, f, budget_left(fl, nf, NULL)))) {
+            if ((rc = start(r, ei, f, budget_left(budget, fl, nf, NULL)))) {
                 kvp_wrap(r->err, "example %s", r->ds.ex[ei].id);
                 flight_free(f);
                 break;
@@ -176,7 +186,7 @@ int sweep_run_examples(run_ctx *r) {
                 k++;
                 continue;
             }
-            if ((rc = next_wave(r, f, budget_left(fl, nf, f)))) {
+            if ((rc = next_wave(r, f, budget_left(budget, fl, nf, f)))) {
                 kvp_wrap(r->err, "example %s", r->ds.ex[f->ei].id);
                 break;
             }
