@@ -52,6 +52,14 @@ int sweep_text_start(run_ctx *r, const kvp_example *ex, const example_state *s, 
 }
 
 
+int sweep_cell_buffers(run_ctx *r, const kvp_example *ex, const example_state *s, int W, cell *ce) {
+    ce->tok = malloc((size_t)(r->max_new + 1) * sizeof *ce->tok);
+    ce->margin = malloc((size_t)(r->max_new + 1) * sizeof *ce->margin);
+    ce->logits = malloc((size_t)r->hp->n_vocab * sizeof(float));
+    if (!ce->tok || !ce->margin || !ce->logits) return kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    return sweep_text_start(r, ex, s, W, &ce->text);
+}
+
 /* Clean greedy decodes from each prefilled base, side by side; each keeps the logits of its
  * first n_save steps. */
 int sweep_clean_decode_group(run_ctx *r, const kvp_example *const *ex, example_state *const *s, int n, int n_save) {

@@ -28,6 +28,8 @@ void kvp_wilson(int k, int n, double *lo, double *hi) {
 
 /* ---- aggregation ------------------------------------------------------------------------- */
 
+/* The conditions of the side-by-side completions: clean next to blank and zero. */
+static const char *const COMPLETION_CONDS[3] = {"clean", "blank", "zero"};
 
 typedef struct sample {
     char *id, *cond, *text;
@@ -167,7 +169,9 @@ static int load(report *r, const char *path, kvp_error *err) {
                                    cJSON_IsString(sr) && !strcmp(sr->valuestring, "max_tokens")};
         /* the first three examples' records, wherever they lie (two examples in flight interleave
          * theirs), for side-by-side completions */
-        if (ex < 3 && (!strcmp(c->valuestring, "clean") || !strcmp(c->valuestring, "blank") || !strcmp(c->valuestring, "zero"))) {
+        int shown_cond = 0;
+        for (int k = 0; k < 3; k++) shown_cond |= !strcmp(c->valuestring, COMPLETION_CONDS[k]);
+        if (ex < 3 && shown_cond) {
             if (r->n_s == r->cap_s) {
                 r->cap_s = r->cap_s ? 2 * r->cap_s : 64;
                 r->s = realloc(r->s, (size_t)r->cap_s * sizeof *r->s);
@@ -529,7 +533,7 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
         sb_printf(&html, "<h3>");
         sb_html(&html, r.s[i].id);
         sb_printf(&html, " — edits at L=%d, W=%d</h3>\n<div class=\"cols\">", Lpick, Wpick);
-        const char *want[] = {"clean", "blank", "zero"};
+        const char *const *want = COMPLETION_CONDS;
         for (int k = 0; k < 3; k++)
             for (int q = 0; q < r.n_s; q++) {
                 sample *s = &r.s[q];

@@ -42,19 +42,16 @@ static void flight_free(flight *f) {
 /* An edited cell: the clean cache forked at step W, spliced. */
 static int fork_cell(run_ctx *r, flight *f, const kvp_splice *sp, int L, int W, double t0, cell *ce) {
     const example_state *s = &f->s;
-    int V = r->hp->n_vocab, n = s->prompt.n;
+    int n = s->prompt.n;
     ce->cond = sp->cond;
     ce->policy = -1;
     ce->L = L;
     ce->W = W;
     ce->t0 = t0;
     ce->applied = 1;
-    ce->tok = malloc((size_t)(r->max_new + 1) * sizeof *ce->tok);
-    ce->margin = malloc((size_t)(r->max_new + 1) * sizeof *ce->margin);
-    ce->logits = malloc((size_t)V * sizeof(float));
-    if (!ce->tok || !ce->margin || !ce->logits || sweep_text_start(r, &r->ds.ex[f->ei], s, W, &ce->text) ||
-        !(ce->kv = kvp_kv_clone(s->clean, r->err)) || kvp_kv_truncate(ce->kv, n - 1 + W, r->err))
-        return r->err->code ? r->err->code : kvp_fail(r->err, KVP_E_NOMEM, "out of memory");
+    if (sweep_cell_buffers(r, &r->ds.ex[f->ei], s, W, ce) || !(ce->kv = kvp_kv_clone(s->clean, r->err)) ||
+        kvp_kv_truncate(ce->kv, n - 1 + W, r->err))
+        return r->err->code;
     memcpy(ce->tok, s->clean_tok, (size_t)W * sizeof *ce->tok); /* tokens before W are clean */
     memcpy(ce->margin, s->clean_margin, (size_t)W * sizeof *ce->margin);
     ce->n_tok = W;
@@ -131,6 +128,13 @@ static int start(run_ctx *r, int ei, flight *f, size_t budget) {
     return rc;
 }
 
+/* An example with nothing left to decode: its scores forgotten, its state freed. */
+static void retire(run_ctx *r, flight *f, int *finished) {
+    sweep_forget_scores(r, &r->ds.ex[f->ei]);
+    flight_free(f);
+    sweep_progress(r, ++*finished, 0);
+}
+
 static int n_decoding(const flight *f) {
     int k = 0;
     for (int i = 0; i < f->n_cells; i++) k += !f->cells[i].done;
@@ -169,9 +173,7 @@ int sweep_run_examples(run_ctx *r) {
                 break;
             }
             if (!f->n_cells) { /* every record written already */
-                sweep_forget_scores(r, &r->ds.ex[ei]);
-                flight_free(f);
-                sweep_progress(r, ++finished, 0);
+                retire(r, f, &finished);
                 continue;
             }
             decoding += n_decoding(f);
@@ -195,11 +197,9 @@ int sweep_run_examples(run_ctx *r) {
                 k++;
                 continue;
             }
-            sweep_forget_scores(r, &r->ds.ex[f->ei]);
-            flight_free(f);
+            retire(r, f, &finished);
             memmove(&fl[k], &fl[k + 1], (size_t)(nf - k - 1) * sizeof *fl);
             nf--;
-            sweep_progress(r, ++finished, 0);
         }
     }
     for (int k = 0; k < nf; k++) flight_free(&fl[k]);

@@ -178,6 +178,8 @@ typedef struct cell_group {
 int sweep_decode_step(run_ctx *r, cell_group *g, int n_groups);
 /* A cell's text so far: the response prefix, then the clean run's first W tokens. */
 int sweep_text_start(run_ctx *r, const kvp_example *ex, const example_state *s, int W, gen_text *t);
+/* A cell's token, margin and logit buffers, and its text up to W. */
+int sweep_cell_buffers(run_ctx *r, const kvp_example *ex, const example_state *s, int W, cell *ce);
 /* The clean run's outcome, for the clean record and for cells whose W lies past its end. */
 outcome sweep_clean_outcome(const run_ctx *r, const example_state *s, const char *cond, int L, int W);
 
