@@ -1177,22 +1177,25 @@ INLINE void qdot_gemm(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int
 #endif /* QD_512 */
 
 /* ---- batches on AMX-INT8: 16 rows x 16 activations per tile ----------------------------------- *
- * One TDPBUSD gives a block's integer dots for 16 weight rows x 16 activations: A = the rows'
- * u (16 x 32 bytes), B = the activations' bytes in the VNNI layout (k-quad r: activation j's
- * bytes 4r..4r+3 at 4j; 8 x 64), C[row][act] the exact sums. Types with a scale per half take
- * two K = 16 products per block. C is stored and read back one row per vector (lane =
- * activation) for the float steps, which follow the recipe pair by pair, blocks in order; the
- * type's offset is subtracted from the integer sums as the other kernels do. */
+ * One TDPBSSD gives a block's integer dots for 16 weight rows x 16 activations: A = the rows'
+ * weights as signed bytes u - off (16 x 32; the pack subtracts the type's offset once per
+ * weight, so the sums need no correction by the activations' sums: a shift, a subtraction and
+ * their set-up per 16 sums fewer in the float steps), B = the activations' bytes in the VNNI
+ * layout (k-quad r: activation j's bytes 4r..4r+3 at 4j; 8 x 64), C[row][act] the exact sums
+ * I. Types with a scale per half take two K = 16 products per block. C is stored and read back
+ * one row per vector (lane = activation) for the float steps, which follow the recipe pair by
+ * pair, blocks in order. (bf16 tiles, TDPBF16PS, give the same sums as floats and save the
+ * conversion too, but their tiles are twice the bytes: 20% slower at batch 64-128, Intel SPR.) */
 #ifdef QD_AMX
 #define AMX_MIN_ROWS 16 /* batches from this many activation rows take the AMX tiles */
 typedef struct amx_act { /* 16 activations x one block */
     uint8_t x[8][64], xl[8][64];
     float dx[16];               /* d, or d / 256 with q8x2 */
-    int32_t s[2][16], sl[2][16]; /* sums of q (and lo) over each half */
+    int32_t s[2][16], sl[2][16]; /* sums of q (and lo) over each half: types with mins */
 } amx_act;
 
 typedef struct amx_w { /* 16 rows x one block */
-    uint8_t u[16][32];
+    int8_t w[16][32]; /* u - off */
     float sc[2][16], mn[2][16];
 } amx_w;
 
@@ -1236,7 +1239,8 @@ static void pack_acts_amx(const kvp_qact *a, amx_act *pk) {
  * block were half the AMX kernel's time at batch 64. */
 INLINE void pack_rows_amx_lb(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, amx_w *wp) {
     const size_t sb_bytes = base_type(t) == KVP_TYPE_Q4_K ? 144 : 210;
-    const int H = type_halves(t);
+    const int H = type_halves(t), mins = type_has_min(t);
+    const __m256i offv = _mm256_set1_epi8((char)type_off(t));
     for (int i = 0; i < 16; i++) {
         const int64_t r = r0 + i;
         for (int64_t b0 = 0; b0 < nblk; b0 += DC) {
@@ -1248,7 +1252,7 @@ INLINE void pack_rows_amx_lb(int t, const uint8_t *w, size_t rb, int64_t nblk, i
                 load_scales(t, row, b0, DC, sc, mn);
                 if (H == 1) sc[1] = sc[0], mn[1] = mn[0]; /* as load_block: equal halves */
             } else {
-                for (int k = 0; k < DC; k++) u[k] = _mm256_setzero_si256();
+                for (int k = 0; k < DC; k++) u[k] = offv; /* zero weights */
                 sc[0] = sc[1] = mn[0] = mn[1] = _mm256_setzero_ps();
             }
             for (int k = 0; k < DC; k++) c[k] = _mm256_castsi256_ps(u[k]);
@@ -1259,8 +1263,10 @@ INLINE void pack_rows_amx_lb(int t, const uint8_t *w, size_t rb, int64_t nblk, i
             _mm256_store_ps(fs[2], mn[0]), _mm256_store_ps(fs[3], mn[1]);
             for (int k = 0; k < DC; k++) {
                 amx_w *b = &wp[b0 + k];
-                _mm256_storeu_si256((__m256i *)b->u[i], _mm256_castps_si256(cols[k]));
-                b->sc[0][i] = fs[0][k], b->sc[1][i] = fs[1][k], b->mn[0][i] = fs[2][k], b->mn[1][i] = fs[3][k];
+                _mm256_storeu_si256((__m256i *)b->w[i], _mm256_sub_epi8(_mm256_castps_si256(cols[k]), offv));
+                b->sc[0][i] = fs[0][k]; /* only what the float steps read: the stores were a */
+                if (H == 2) b->sc[1][i] = fs[1][k]; /* tenth of the kernel's time */
+                if (mins) b->mn[0][i] = fs[2][k], b->mn[1][i] = fs[3][k];
             }
         }
     }
@@ -1272,57 +1278,59 @@ INLINE void pack_rows_amx(int t, const uint8_t *w, size_t rb, int64_t nblk, int6
         pack_rows_amx_lb(t, w, rb, nblk, r0, r1, wp);
         return;
     }
+    const int H = type_halves(t), mins = type_has_min(t);
+    const __m256i offv = _mm256_set1_epi8((char)type_off(t));
     for (int i = 0; i < 16; i++) {
         int64_t r = r0 + i;
         for (int64_t b = 0; b < nblk; b++) {
-            __m256i u = _mm256_setzero_si256();
+            __m256i u = offv; /* zero weights */
             float sc[2] = {0, 0}, mn[2] = {0, 0};
             if (r < r1) load_block(t, w + (size_t)r * rb, b, &u, sc, mn);
-            _mm256_storeu_si256((__m256i *)wp[b].u[i], u);
-            wp[b].sc[0][i] = sc[0], wp[b].sc[1][i] = sc[1], wp[b].mn[0][i] = mn[0], wp[b].mn[1][i] = mn[1];
+            _mm256_storeu_si256((__m256i *)wp[b].w[i], _mm256_sub_epi8(u, offv));
+            wp[b].sc[0][i] = sc[0];
+            if (H == 2) wp[b].sc[1][i] = sc[1];
+            if (mins) wp[b].mn[0][i] = mn[0], wp[b].mn[1][i] = mn[1];
         }
     }
 }
 
-/* The integer sums of half h (or of the whole block, H = 1) as X-scaled int32, lane = activation,
- * minus the type's offset: (I << 8) + IL - off * ((S << 8) + SL) with q8x2, I - off * S with q8 -
- * the same integers the other kernels form. */
-INLINE __m512i amx_int(int lo, int os, const int32_t *c, const int32_t *cl, __m512i offv) {
+/* The integer sums of half h (or of the whole block, H = 1), lane = activation: (I << 8) + IL
+ * with q8x2, I with q8 - the same integers the other kernels form. */
+INLINE __m512i amx_int(int lo, const int32_t *c, const int32_t *cl) {
     __m512i I = _mm512_load_si512(c);
-    if (lo) I = _mm512_add_epi32(_mm512_slli_epi32(I, 8), _mm512_load_si512(cl));
-    return os >= 0 ? _mm512_sub_epi32(I, offv) : I;
+    return lo ? _mm512_add_epi32(_mm512_slli_epi32(I, 8), _mm512_load_si512(cl)) : I;
 }
 
 /* The integer dots of a block for the tile, into tile registers: H = 1 into C tile 0 (and 1,
  * the lo plane), H = 2 the halves into 0 / 2 (lo: 1 / 3). */
 INLINE void amx_block_issue(int H, int lo, const amx_w *W, const amx_act *P) {
     if (H == 1) {
-        _tile_loadd(4, W->u, 32);
+        _tile_loadd(4, W->w, 32);
         _tile_loadd(6, P->x, 64);
         _tile_zero(0);
-        _tile_dpbusd(0, 4, 6);
+        _tile_dpbssd(0, 4, 6);
         if (lo) {
             _tile_loadd(7, P->xl, 64);
             _tile_zero(1);
-            _tile_dpbusd(1, 4, 7);
+            _tile_dpbssd(1, 4, 7);
         }
         return;
     }
-    _tile_loadd(4, &W->u[0][0], 32); /* A: u[16h..16h+15] of each row; B: k-quads 4h..4h+3 */
-    _tile_loadd(5, &W->u[0][16], 32);
+    _tile_loadd(4, &W->w[0][0], 32); /* A: w[16h..16h+15] of each row; B: k-quads 4h..4h+3 */
+    _tile_loadd(5, &W->w[0][16], 32);
     _tile_loadd(6, P->x[0], 64);
     _tile_loadd(7, P->x[4], 64);
     _tile_zero(0);
     _tile_zero(2);
-    _tile_dpbusd(0, 4, 6);
-    _tile_dpbusd(2, 5, 7);
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(2, 5, 7);
     if (lo) {
         _tile_loadd(6, P->xl[0], 64);
         _tile_loadd(7, P->xl[4], 64);
         _tile_zero(1);
         _tile_zero(3);
-        _tile_dpbusd(1, 4, 6);
-        _tile_dpbusd(3, 5, 7);
+        _tile_dpbssd(1, 4, 6);
+        _tile_dpbssd(3, 5, 7);
     }
 }
 
@@ -1341,7 +1349,7 @@ INLINE void amx_block_store(int H, int lo, int32_t c[4][16][16]) {
  * steps read the sums block b + 1's iteration stored (a vector load of a tile store just made
  * waits for it to reach the cache). */
 INLINE void amx_tile(int t, int lo, int64_t nblk, const amx_w *wp, const amx_act *pk, __m512 acc[16]) {
-    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
+    const int H = type_halves(t), mins = type_has_min(t);
     _Alignas(64) int32_t c2[2][4][16][16];
     __m512 ac[16];
 #pragma GCC unroll 16
@@ -1354,28 +1362,24 @@ INLINE void amx_tile(int t, int lo, int64_t nblk, const amx_w *wp, const amx_act
         if (b + 1 < nblk) amx_block_store(H, lo, c2[(b + 1) & 1]); /* read a block later: loads of */
         if (b + 2 < nblk) amx_block_issue(H, lo, &wp[b + 2], &pk[b + 2]); /* fresh tile stores stall */
         int32_t(*cb)[16][16] = c2[b & 1];
-        /* per half: the activations' sums as X (for the offset and the mins) */
-        __m512i S[2];
-        for (int h = 0; h < H; h++) {
+        /* types with mins: the activations' sums S per half (whole block, H = 1) as floats */
+        __m512 sv[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int h = 0; h < H && mins; h++) {
             __m512i sx = _mm512_loadu_si512(P->s[h]), sl = _mm512_loadu_si512(P->sl[h]);
             if (H == 1) {
                 sx = _mm512_add_epi32(sx, _mm512_loadu_si512(P->s[1]));
                 sl = _mm512_add_epi32(sl, _mm512_loadu_si512(P->sl[1]));
             }
-            S[h] = lo ? _mm512_add_epi32(_mm512_slli_epi32(sx, 8), sl) : sx;
+            sv[h] = _mm512_cvtepi32_ps(lo ? _mm512_add_epi32(_mm512_slli_epi32(sx, 8), sl) : sx);
         }
-        const __m512i off0 = os >= 0 ? _mm512_slli_epi32(S[0], os) : _mm512_setzero_si512();
-        const __m512i off1 = os >= 0 && H == 2 ? _mm512_slli_epi32(S[1], os) : _mm512_setzero_si512();
-        const __m512 sv0 = _mm512_cvtepi32_ps(S[0]), sv1 = H == 2 ? _mm512_cvtepi32_ps(S[1]) : sv0;
         const __m512 dxv = _mm512_loadu_ps(P->dx);
 #pragma GCC unroll 16
         for (int m = 0; m < 16; m++) {
-            __m512 tt = _mm512_mul_ps(_mm512_set1_ps(W->sc[0][m]), _mm512_cvtepi32_ps(amx_int(lo, os, cb[0][m], cb[1][m], off0)));
-            if (H == 2)
-                tt = _mm512_fmadd_ps(_mm512_set1_ps(W->sc[1][m]), _mm512_cvtepi32_ps(amx_int(lo, os, cb[2][m], cb[3][m], off1)), tt);
+            __m512 tt = _mm512_mul_ps(_mm512_set1_ps(W->sc[0][m]), _mm512_cvtepi32_ps(amx_int(lo, cb[0][m], cb[1][m])));
+            if (H == 2) tt = _mm512_fmadd_ps(_mm512_set1_ps(W->sc[1][m]), _mm512_cvtepi32_ps(amx_int(lo, cb[2][m], cb[3][m])), tt);
             if (mins) {
-                tt = _mm512_fmadd_ps(_mm512_set1_ps(W->mn[0][m]), sv0, tt);
-                if (H == 2) tt = _mm512_fmadd_ps(_mm512_set1_ps(W->mn[1][m]), sv1, tt);
+                tt = _mm512_fmadd_ps(_mm512_set1_ps(W->mn[0][m]), sv[0], tt);
+                if (H == 2) tt = _mm512_fmadd_ps(_mm512_set1_ps(W->mn[1][m]), sv[1], tt);
             }
             ac[m] = _mm512_fmadd_ps(dxv, tt, ac[m]);
         }
