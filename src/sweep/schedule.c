@@ -62,6 +62,16 @@ static int fork_cell(run_ctx *r, flight *f, const kvp_splice *sp, int L, int W, 
     return rc;
 }
 
+/* Edited cell (condition c, layer l, step W) has no record yet. */
+static int cell_pending(run_ctx *r, const kvp_example *ex, int c, int l, int W) {
+    return r->conds[c] != KVP_COND_CLEAN && !sweep_is_done(r, ex->id, kvp_condition_name(r->conds[c]), r->layers[l], W);
+}
+
+/* Policy i's cell has no record yet (it joins the first W group's wave). */
+static int policy_pending(run_ctx *r, const kvp_example *ex, int i, int w) {
+    return w == 0 && !sweep_is_done(r, ex->id, r->policy_name[i], 0, 0);
+}
+
 /* The next wave of the example's cells: the W groups from f->w on that fit in budget bytes of
  * forks together (at least one). Edits past the end of the clean run are recorded at once as
  * not applied (the clean continuation). f->n_cells = 0: no cell left to decode. */
@@ -77,24 +87,21 @@ static int next_wave(run_ctx *r, flight *f, size_t budget) {
     double tw = sweep_now_s();
     for (; f->w < r->n_steps && !rc; f->w++) {
         int w = f->w, W = r->steps[w], group = 0;
-        for (int c = 0; c < r->n_conds; c++)
-            for (int l = 0; l < r->n_layers; l++)
-                group += r->conds[c] != KVP_COND_CLEAN && !sweep_is_done(r, ex->id, kvp_condition_name(r->conds[c]), r->layers[l], W) &&
-                         W < s->clean_steps;
-        for (int i = 0; i < r->n_policies && w == 0; i++) group += !sweep_is_done(r, ex->id, r->policy_name[i], 0, 0);
+        for (int c = 0; c < r->n_conds; c++) /* the group's forks (past the clean run: none) */
+            for (int l = 0; l < r->n_layers; l++) group += cell_pending(r, ex, c, l, W) && W < s->clean_steps;
+        for (int i = 0; i < r->n_policies; i++) group += policy_pending(r, ex, i, w);
         if (f->n_cells && wave_bytes + (size_t)group * fork_bytes > budget) break;
-        for (int i = 0; i < r->n_policies && w == 0 && !rc; i++) { /* the policies' cells join the first wave */
-            if (sweep_is_done(r, ex->id, r->policy_name[i], 0, 0)) continue;
+        for (int i = 0; i < r->n_policies && !rc; i++) {
+            if (!policy_pending(r, ex, i, w)) continue;
             cell *ce = &f->cells[f->n_cells++];
             rc = sweep_policy_cell(r, s, ex, i, ce);
             ce->t0 = tw;
             wave_bytes += fork_bytes;
         }
         for (int c = 0; c < r->n_conds && !rc; c++) {
-            if (r->conds[c] == KVP_COND_CLEAN) continue;
             const char *cn = kvp_condition_name(r->conds[c]);
             for (int l = 0; l < r->n_layers && !rc; l++) {
-                if (sweep_is_done(r, ex->id, cn, r->layers[l], W)) continue;
+                if (!cell_pending(r, ex, c, l, W)) continue;
                 kvp_splice sp = {.cond = r->conds[c], .layer_from = r->layers[l], .span = r->o->span, .n_prompt = n,
                                  .seg = s->prompt.seg, .seed = r->o->seed ^ (uint64_t)f->ei * 0x9E3779B97F4A7C15ull,
                                  .donor = r->conds[c] == KVP_COND_OTHER ? s->donor_other : s->donor_blank};
