@@ -1233,6 +1233,17 @@ static void pack_acts_amx(const kvp_qact *a, amx_act *pk) {
     }
 }
 
+/* Row i's scales and mins of a block, only those the float steps read (amx_tile): storing all
+ * four was a tenth of the kernel's time. */
+INLINE void put_scales(amx_w *b, int i, int H, int mins, float sc0, float sc1, float mn0, float mn1) {
+    b->sc[0][i] = sc0;
+    if (H == 2) b->sc[1][i] = sc1;
+    if (mins) {
+        b->mn[0][i] = mn0;
+        if (H == 2) b->mn[1][i] = mn1;
+    }
+}
+
 /* pack_rows_amx for lane = block rows, a super-block at a time: vector i of lb_unpack holds
  * group i of every block, so its transpose holds each block's 32 quants in order; the scales
  * come as vectors (load_scales: load_block's floats). One gather and one scalar scale decode per
@@ -1249,8 +1260,7 @@ INLINE void pack_rows_amx_lb(int t, const uint8_t *w, size_t rb, int64_t nblk, i
             if (r < r1) {
                 const uint8_t *row = w + (size_t)r * rb;
                 lb_unpack(t, row + (size_t)(b0 / DC) * sb_bytes, u);
-                load_scales(t, row, b0, DC, sc, mn);
-                if (H == 1) sc[1] = sc[0], mn[1] = mn[0]; /* as load_block: equal halves */
+                load_scales(t, row, b0, DC, sc, mn); /* (H = 1: half 1's lanes unread) */
             } else {
                 for (int k = 0; k < DC; k++) u[k] = offv; /* zero weights */
                 sc[0] = sc[1] = mn[0] = mn[1] = _mm256_setzero_ps();
@@ -1264,9 +1274,7 @@ INLINE void pack_rows_amx_lb(int t, const uint8_t *w, size_t rb, int64_t nblk, i
             for (int k = 0; k < DC; k++) {
                 amx_w *b = &wp[b0 + k];
                 _mm256_storeu_si256((__m256i *)b->w[i], _mm256_sub_epi8(_mm256_castps_si256(cols[k]), offv));
-                b->sc[0][i] = fs[0][k]; /* only what the float steps read: the stores were a */
-                if (H == 2) b->sc[1][i] = fs[1][k]; /* tenth of the kernel's time */
-                if (mins) b->mn[0][i] = fs[2][k], b->mn[1][i] = fs[3][k];
+                put_scales(b, i, H, mins, fs[0][k], fs[1][k], fs[2][k], fs[3][k]);
             }
         }
     }
@@ -1287,9 +1295,7 @@ INLINE void pack_rows_amx(int t, const uint8_t *w, size_t rb, int64_t nblk, int6
             float sc[2] = {0, 0}, mn[2] = {0, 0};
             if (r < r1) load_block(t, w + (size_t)r * rb, b, &u, sc, mn);
             _mm256_storeu_si256((__m256i *)wp[b].w[i], _mm256_sub_epi8(u, offv));
-            wp[b].sc[0][i] = sc[0];
-            if (H == 2) wp[b].sc[1][i] = sc[1];
-            if (mins) wp[b].mn[0][i] = mn[0], wp[b].mn[1][i] = mn[1];
+            put_scales(&wp[b], i, H, mins, sc[0], sc[1], mn[0], mn[1]);
         }
     }
 }
