@@ -1,6 +1,6 @@
 /* The integer matmul kernels alone, on a real model's weights, one thread.
  *
- *   qdot-bench MODEL.gguf [-b BATCH] [-p q8|q8x2] [-s SECONDS] [-m mmap|anon|huge] [-t TENSOR]
+ *   qdot-bench MODEL.gguf [-b BATCH] [-p q8|q8x2] [-s SECONDS] [-m huge|anon|mmap] [-t TENSOR]
  *   qdot-bench --peak
  *
  * A "pass" is what one forward step of BATCH tokens asks of kvp_qdot_rows: every matmul weight
@@ -9,9 +9,9 @@
  * larger than the caches, every weight comes from memory, as in decoding. Prints, per weight
  * type and in total: bytes, seconds per pass, GB/s of weights read, and GMAC/s
  * (multiply-accumulates of weight x activation elements). -m: where the weights are read from:
- * a copy in anonymous memory (anon, the default: where the engine holds them, repacked at load as
- * it does, KVPROBE_REPACK=0: in the file's layout), one in transparent huge pages (huge: madvise
- * MADV_HUGEPAGE), or the file's mapping itself (mmap: the file's layout). -t: that one tensor only, over and over
+ * a copy in anonymous memory advised into transparent huge pages (huge, the default: where the
+ * engine holds them, repacked at load as it does, KVPROBE_REPACK=0: in the file's layout), the
+ * same on 4 KB pages (anon), or the file's mapping itself (mmap: the file's layout). -t: that one tensor only, over and over
  * (from the caches where it fits: the kernel's compute speed without the memory).
  *
  * --peak: the core's integer-dot peak, one thread: independent chains of vpdpbusd (512- and
@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
     }
     int batch = 1, two = 0;
     double secs = 3.0;
-    const char *mem = "anon", *only = NULL;
+    const char *mem = "huge", *only = NULL;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-b")) batch = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-p")) two = !strcmp(argv[i + 1], "q8x2");
@@ -193,7 +193,8 @@ int main(int argc, char **argv) {
         wdata[i] = t->data;
         wtype[i] = t->type;
         if (!strcmp(mem, "mmap") || !is_matmul_weight(f, t)) continue;
-        size_t sz = ((size_t)t->nbytes + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+        size_t held = repack ? (size_t)t->ne[1] * kvp_row_bytes(kvp_repack_type(t->type), t->ne[0]) : (size_t)t->nbytes;
+        size_t sz = (held + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
         void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) {
             fprintf(stderr, "qdot-bench: cannot map %zu bytes\n", sz);
@@ -249,12 +250,13 @@ int main(int argc, char **argv) {
             }
             kvp_qact a = {n, batch, q, d, lo, NULL};
             k->pack(&a, pack); /* once per input, as the engine does (not timed) */
+            const size_t rb = kvp_row_bytes(wtype[i], t->ne[0]); /* the layout read (a repack may differ in size) */
             double t0 = now_s();
-            k->rows(wtype[i], wdata[i], (size_t)(t->nbytes / (uint64_t)rows), 0, rows, &a, out);
+            k->rows(wtype[i], wdata[i], rb, 0, rows, &a, out);
             double dt = now_s() - t0;
             sink += out[0][0];
             per_type *p = &pt[wtype[i] & 63];
-            p->seconds += dt, p->bytes += (double)t->nbytes, p->macs += (double)n * rows * batch;
+            p->seconds += dt, p->bytes += (double)rb * rows, p->macs += (double)n * rows * batch;
             if (!passes) p->tensors++;
             total += dt;
         }

@@ -64,8 +64,9 @@ size_t kvp_row_bytes(enum kvp_type type, int64_t n);
  * when it has none. The repacked rows dequantize to the same floats, and the integer kernels
  * give the same bits on them, only faster. */
 enum kvp_type kvp_repack_type(enum kvp_type type);
-/* Rows of n elements of `type` into kvp_repack_type(type)'s layout (same size): src and dst
- * hold nrows * kvp_row_bytes(type, n) bytes and must not overlap. */
+/* Rows of n elements of `type` into kvp_repack_type(type)'s layout: src holds nrows *
+ * kvp_row_bytes(type, n) bytes, dst nrows * kvp_row_bytes(kvp_repack_type(type), n) (Q4_K's
+ * is 148 bytes per 256 elements, the file's 144); they must not overlap. */
 void kvp_repack_rows(enum kvp_type type, const void *src, void *dst, int64_t nrows, int64_t n);
 
 /* Dequantize n elements (a multiple of the block size) from src into dst. */

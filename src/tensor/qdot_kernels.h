@@ -59,9 +59,11 @@
 #define QB 32 /* activation block */
 /* Single-activation products stream the weights from memory once: the hardware prefetcher
  * alone leaves the kernel at ~60% of the read bandwidth on big matrices, so each row is also
- * fetched this far ahead (measured: 6.3 -> 10.2 GB/s on a 178 MB Q8_0 LM head). */
+ * fetched this far ahead (measured: 6.3 -> 10.2 GB/s on a 178 MB Q8_0 LM head, Intel, at 16 KB).
+ * 4 KB: on AMD Zen 4, weights in huge pages, qdot-bench -b 1 on the 1.5B model read 26.0-27.0
+ * GMAC/s from 1 to 8 KB ahead and 23.4 at 16 KB (performance.md). */
 #ifndef PF_DIST /* -DPF_DIST=N to measure another */
-#define PF_DIST 16384
+#define PF_DIST 4096
 #endif
 
 static inline float f16_at(const uint8_t *p) {
@@ -272,10 +274,15 @@ static void unpack_block(int t, const uint8_t *row, int64_t b, uint8_t u[32], fl
         return;
     }
     case KVP_TYPE_Q4_K:
-    case KVP_TYPE_Q4_K_LB: { /* d, dmin, scales[12], qs[128] */
-        p = row + (b / 8) * 144;
+    case KVP_TYPE_Q4_K_LB: { /* d, dmin, scales[12], qs[128] (lane = block: d, dmin, sc[8], mn[8], qs) */
         int s, mi;
-        k4_scale_min(bb, p + 4, &s, &mi);
+        if (is_lb(t)) {
+            p = row + (b / 8) * KQ4_LB_BYTES;
+            s = p[q4k_lb_scale(bb)], mi = p[q4k_lb_min(bb)];
+        } else {
+            p = row + (b / 8) * 144;
+            k4_scale_min(bb, p + 4, &s, &mi);
+        }
         sc[0] = sc[1] = f16_at(p) * (float)s;
         mn[0] = mn[1] = -(f16_at(p + 2) * (float)mi);
         for (int l = 0; l < 32; l++) {
@@ -448,7 +455,7 @@ INLINE __m256i load_u(int t, const uint8_t *row, int64_t b) {
      * one gather fetches them, a shift per lane picks each one's field. Only the batch kernels
      * take blocks one at a time; the decode kernel reads whole super-blocks (row_chunk_lb). */
     case KVP_TYPE_Q4_K_LB: {
-        const uint8_t *q = row + (b / 8) * 144 + 16 + 4 * (b % 8);
+        const uint8_t *q = row + (b / 8) * KQ4_LB_BYTES + q4k_quant(0, 1).byte + 4 * (b % 8);
         __m256i v = _mm256_i32gather_epi32((const int *)q, _mm256_setr_epi32(0, 0, 32, 32, 64, 64, 96, 96), 1);
         return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), _mm256_set1_epi8(15));
     }
@@ -488,9 +495,14 @@ INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, float s
         break;
     case KVP_TYPE_Q4_K:
     case KVP_TYPE_Q4_K_LB: {
-        p = row + (b / 8) * 144;
         int s, mi;
-        k4_scale_min((int)(b % 8), p + 4, &s, &mi);
+        if (is_lb(t)) {
+            p = row + (b / 8) * KQ4_LB_BYTES;
+            s = p[q4k_lb_scale((int)(b % 8))], mi = p[q4k_lb_min((int)(b % 8))];
+        } else {
+            p = row + (b / 8) * 144;
+            k4_scale_min((int)(b % 8), p + 4, &s, &mi);
+        }
         sc[0] = sc[1] = f16_at(p) * (float)s;
         mn[0] = mn[1] = -(f16_at(p + 2) * (float)mi);
         break;
@@ -754,8 +766,15 @@ INLINE void load_scales(int t, const uint8_t *row, int64_t b0, int nc, __m256 sc
         sc[0] = f16x8(gather_f16(row + b0 * 24, 24, nc));
         mn[0] = f16x8(gather_f16(row + b0 * 24 + 2, 24, nc));
         return;
+    case KVP_TYPE_Q4_K_LB: { /* a whole super-block: the 8 scales and 8 mins as bytes */
+        const uint8_t *p = row + (b0 / 8) * KQ4_LB_BYTES;
+        __m256 s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + q4k_lb_scale(0)))));
+        __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + q4k_lb_min(0)))));
+        sc[0] = _mm256_mul_ps(_mm256_set1_ps(f16_at(p)), s);
+        mn[0] = _mm256_xor_ps(neg, _mm256_mul_ps(_mm256_set1_ps(f16_at(p + 2)), m));
+        return;
+    }
     case KVP_TYPE_Q4_K:
-    case KVP_TYPE_Q4_K_LB:
     case KVP_TYPE_Q5_K: { /* a whole super-block: 6-bit scale and min of each of the 8 blocks */
         const uint8_t *p = row + (b0 / 8) * (t == KVP_TYPE_Q5_K ? 176 : 144);
         uint32_t w0, w1, w2;
@@ -894,7 +913,7 @@ INLINE void lb_acts(const int8_t *x, int8_t *xt, int64_t nblk) {
 /* The super-block's quants as vectors i = 0..7, lane k = group i of block k (kquant_layout.h). */
 INLINE void lb_unpack(int t, const uint8_t *sb, __m256i u[DC]) {
     const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-    const uint8_t *ql = sb + (base_type(t) == KVP_TYPE_Q4_K ? 16 : 0);
+    const uint8_t *ql = sb + (base_type(t) == KVP_TYPE_Q4_K ? q4k_quant(0, 1).byte : 0);
     for (int v = 0; v < 4; v++) {
         __m256i q = _mm256_loadu_si256((const __m256i *)(ql + 32 * v));
         u[2 * v] = _mm256_and_si256(q, m4);
@@ -919,12 +938,19 @@ INLINE void row_chunk_lb(int t, int lo, const uint8_t *row, size_t sb_bytes, int
     load_scales(t, row, b0, DC, sc, mn);
     for (int j = 0; j < rn; j++) {
         const int8_t *xq = da[j].xq + b0 * QB, *xl = lo ? da[j].xl + b0 * QB : NULL;
-        __m256i I[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, L[2] = {I[0], I[0]};
+        /* Four chains of dots (two per half), added at the end: one chain of 8 dependent dots
+         * made their latency the kernel's bound (integers: the same sums, the same bits). */
+        __m256i A[4], B[4];
+        for (int c = 0; c < 4; c++) A[c] = B[c] = _mm256_setzero_si256();
         for (int i = 0; i < DC; i++) {
-            int h = H == 2 && i >= DC / 2; /* groups 0-3 are a block's first 16 elements */
-            I[h] = dot_lanes(t, I[h], u[i], _mm256_loadu_si256((const __m256i *)(xq + i * QB)));
-            if (lo) L[h] = dot_lanes(t, L[h], u[i], _mm256_loadu_si256((const __m256i *)(xl + i * QB)));
+            int c = H == 2 ? 2 * (i >= DC / 2) + (i & 1) : i & 3; /* groups 0-3: a block's first 16 */
+            A[c] = dot_lanes(t, A[c], u[i], _mm256_loadu_si256((const __m256i *)(xq + i * QB)));
+            if (lo) B[c] = dot_lanes(t, B[c], u[i], _mm256_loadu_si256((const __m256i *)(xl + i * QB)));
         }
+        __m256i I[2], L[2];
+        I[0] = _mm256_add_epi32(A[0], A[1]), I[1] = _mm256_add_epi32(A[2], A[3]);
+        L[0] = _mm256_add_epi32(B[0], B[1]), L[1] = _mm256_add_epi32(B[2], B[3]);
+        if (H == 1) I[0] = _mm256_add_epi32(I[0], I[1]), L[0] = _mm256_add_epi32(L[0], L[1]);
         if (lo)
             for (int h = 0; h < H; h++) I[h] = _mm256_add_epi32(_mm256_slli_epi32(I[h], 8), L[h]);
         tout[(size_t)j * tstride] = chunk_t(t, I[0], I[1], sc, mn, &da[j], b0);
@@ -1249,7 +1275,7 @@ INLINE void put_scales(amx_w *b, int i, int H, int mins, float sc0, float sc1, f
  * come as vectors (load_scales: load_block's floats). One gather and one scalar scale decode per
  * block were half the AMX kernel's time at batch 64. */
 INLINE void pack_rows_amx_lb(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, amx_w *wp) {
-    const size_t sb_bytes = base_type(t) == KVP_TYPE_Q4_K ? 144 : 210;
+    const size_t sb_bytes = base_type(t) == KVP_TYPE_Q4_K ? KQ4_LB_BYTES : 210;
     const int H = type_halves(t), mins = type_has_min(t);
     const __m256i offv = _mm256_set1_epi8((char)type_off(t));
     for (int i = 0; i < 16; i++) {

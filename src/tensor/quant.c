@@ -244,9 +244,7 @@ static void deq_q6_k(const uint8_t *b, float *y) { /* ql[128], qh[64], scales[16
 static void deq_q4_k_lb(const uint8_t *b, float *y) {
     float d = rd_f16(b), dmin = rd_f16(b + 2);
     for (int k = 0; k < 8; k++) {
-        uint8_t sc, mn;
-        scale_min_k4(k, b + 4, &sc, &mn);
-        float d1 = d * (float)sc, m1 = dmin * (float)mn;
+        float d1 = d * (float)b[q4k_lb_scale(k)], m1 = dmin * (float)b[q4k_lb_min(k)];
         for (int l = 0; l < 32; l++) {
             kq_pos q = q4k_quant(32 * k + l, 1);
             *y++ = d1 * (float)((b[q.byte] >> q.shift) & 15) - m1;
@@ -280,10 +278,14 @@ static void q4k_to_lb(const uint8_t *src, uint8_t *dst) {
     uint8_t q[8][32];
     for (int k = 0; k < 8; k++)
         for (int l = 0; l < 32; l++) q[k][l] = (src[16 + 32 * (k >> 1) + l] >> (4 * (k & 1))) & 15;
-    memcpy(dst, src, 16);
+    memcpy(dst, src, 4); /* d, dmin */
+    for (int k = 0; k < 8; k++) scale_min_k4(k, src + 4, &dst[q4k_lb_scale(k)], &dst[q4k_lb_min(k)]);
     for (int v = 0; v < 4; v++) /* group 2v low, 2v + 1 high */
         for (int k = 0; k < 8; k++)
-            for (int c = 0; c < 4; c++) dst[16 + 32 * v + 4 * k + c] = (uint8_t)(q[k][8 * v + c] | (q[k][8 * v + 4 + c] << 4));
+            for (int c = 0; c < 4; c++) {
+                kq_pos p = q4k_quant(32 * k + 8 * v + c, 1);
+                dst[p.byte] = (uint8_t)(q[k][8 * v + c] | (q[k][8 * v + 4 + c] << 4));
+            }
 }
 
 static void q6k_to_lb(const uint8_t *src, uint8_t *dst) {
@@ -314,7 +316,7 @@ void kvp_repack_rows(enum kvp_type type, const void *src, void *dst, int64_t nro
     uint8_t *d = dst;
     switch (type) {
     case KVP_TYPE_Q4_K:
-        for (size_t o = 0; o < bytes; o += 144) q4k_to_lb(s + o, d + o);
+        for (size_t o = 0; o < bytes; o += 144, d += KQ4_LB_BYTES) q4k_to_lb(s + o, d);
         return;
     case KVP_TYPE_Q6_K:
         for (size_t o = 0; o < bytes; o += 210) q6k_to_lb(s + o, d + o);
@@ -358,7 +360,7 @@ static const type_traits TRAITS[KVP_TYPE_COUNT] = {
     [KVP_TYPE_Q4_K] = {{"Q4_K", QK_K, 144, 1}, deq_q4_k},
     [KVP_TYPE_Q5_K] = {{"Q5_K", QK_K, 176, 1}, deq_q5_k},
     [KVP_TYPE_Q6_K] = {{"Q6_K", QK_K, 210, 1}, deq_q6_k},
-    [KVP_TYPE_Q4_K_LB] = {{"Q4_K_LB", QK_K, 144, 1}, deq_q4_k_lb},
+    [KVP_TYPE_Q4_K_LB] = {{"Q4_K_LB", QK_K, KQ4_LB_BYTES, 1}, deq_q4_k_lb},
     [KVP_TYPE_Q6_K_LB] = {{"Q6_K_LB", QK_K, 210, 1}, deq_q6_k_lb},
     /* Known layouts we can size (inspect, skip) but not compute with. */
     [KVP_TYPE_Q8_1] = {{"Q8_1", QK, 36, 0}, NULL},
