@@ -34,7 +34,7 @@ static inline kq_pos kq_nibble(int e, int lb, int at) {
 static inline int q4k_lb_scale(int blk) { return 4 + blk; }
 static inline int q4k_lb_min(int blk) { return 12 + blk; }
 /* The quant (4 bits) of element e. */
-static inline kq_pos q4k_quant(int e, int lb) { return kq_nibble(e, lb, lb ? 20 : 16); }
+static inline kq_pos q4k_quant(int e, int lb) { return kq_nibble(e, lb, lb ? q4k_lb_min(8) : 16); }
 
 /* Q6_K: ql[128], qh[64], scales[16], d; the low 4 and the high 2 bits of element e's quant. */
 static inline kq_pos q6k_low(int e, int lb) {

@@ -206,6 +206,20 @@ static inline void k4_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
     }
 }
 
+/* Q4_K or Q4_K_LB: the super-block holding block b of a row, and block b's scale and min
+ * (6-bit codes, unpacked from the file's 12 bytes or read as the lane = block layout's bytes). */
+static inline const uint8_t *q4k_block_scale_min(int t, const uint8_t *row, int64_t b, int *sc, int *mn) {
+    int bb = (int)(b % 8);
+    if (is_lb(t)) {
+        const uint8_t *p = row + (b / 8) * KQ4_LB_BYTES;
+        *sc = p[q4k_lb_scale(bb)], *mn = p[q4k_lb_min(bb)];
+        return p;
+    }
+    const uint8_t *p = row + (b / 8) * 144;
+    k4_scale_min(bb, p + 4, sc, mn);
+    return p;
+}
+
 /* Q3_K: signed 6-bit scale k (0..15) from the 12 packed bytes. */
 static inline int q3k_scale(int k, const uint8_t *s) {
     int lo = k < 8 ? (s[k] & 0x0f) : (s[k - 8] >> 4);
@@ -276,13 +290,7 @@ static void unpack_block(int t, const uint8_t *row, int64_t b, uint8_t u[32], fl
     case KVP_TYPE_Q4_K:
     case KVP_TYPE_Q4_K_LB: { /* d, dmin, scales[12], qs[128] (lane = block: d, dmin, sc[8], mn[8], qs) */
         int s, mi;
-        if (is_lb(t)) {
-            p = row + (b / 8) * KQ4_LB_BYTES;
-            s = p[q4k_lb_scale(bb)], mi = p[q4k_lb_min(bb)];
-        } else {
-            p = row + (b / 8) * 144;
-            k4_scale_min(bb, p + 4, &s, &mi);
-        }
+        p = q4k_block_scale_min(t, row, b, &s, &mi);
         sc[0] = sc[1] = f16_at(p) * (float)s;
         mn[0] = mn[1] = -(f16_at(p + 2) * (float)mi);
         for (int l = 0; l < 32; l++) {
@@ -496,13 +504,7 @@ INLINE void load_block(int t, const uint8_t *row, int64_t b, __m256i *u, float s
     case KVP_TYPE_Q4_K:
     case KVP_TYPE_Q4_K_LB: {
         int s, mi;
-        if (is_lb(t)) {
-            p = row + (b / 8) * KQ4_LB_BYTES;
-            s = p[q4k_lb_scale((int)(b % 8))], mi = p[q4k_lb_min((int)(b % 8))];
-        } else {
-            p = row + (b / 8) * 144;
-            k4_scale_min((int)(b % 8), p + 4, &s, &mi);
-        }
+        p = q4k_block_scale_min(t, row, b, &s, &mi);
         sc[0] = sc[1] = f16_at(p) * (float)s;
         mn[0] = mn[1] = -(f16_at(p + 2) * (float)mi);
         break;
