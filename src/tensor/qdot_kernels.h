@@ -1033,172 +1033,149 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
     free(mem);
 }
 
-/* ---- batches on AVX-512: packed 16-pair tiles ---------------------------------------------- *
- * A 512-bit vector holds 16 (row, activation) pairs: lane 4i + j = row i of a group of 4 rows,
- * activation j of a group of 4 activations. Weights are packed per row group and block with
- * each row's 4-byte chunk repeated over the 4 lanes of its quarter (and its scales likewise);
- * activations per group and block as the 4 activations' chunks side by side, broadcast to the
- * 4 quarters. One vpdpbusd then adds 4 products to each of 16 pairs, and the float steps run
- * once per 16 pairs. */
+/* ---- batches on AVX-512: 16 rows per vector (lane = row) ------------------------------------ *
+ * A tile of 16 weight rows is unpacked once per call into lane = row vectors: vector c of block
+ * b holds in lane i bytes 4c .. 4c + 3 of row i's block b (u), and the rows' scales and mins
+ * per half likewise. Every activation then meets the tile 4 bytes at a time, broadcast from its
+ * own row (an embedded broadcast: its bytes are never regrouped): one vpdpbusd adds 4 products
+ * to each of 16 (row, activation) pairs, the float steps run once per 16 pairs with nothing to
+ * reduce or transpose, and the 16 results are 16 consecutive outputs. A weight byte is stored
+ * once (not once per activation lane), so the tile of a 4864-wide row stays within L2 and
+ * the instructions other than dots are a third of the loop (they were two thirds with tiles of
+ * 4 rows x 4 activations, on AMD Zen 4). The recipe per pair is the one-row kernel's: the same
+ * integers (the offset's correction is taken once, from the activation's sums), the same float
+ * steps in the same order. */
 #ifdef QD_512
-#define GR 2 /* row groups (of 4 rows) per tile */
+#define LR 16 /* rows per tile: the lanes of a vector */
 #ifndef PACK_MIN_ROWS
-#define PACK_MIN_ROWS 4 /* batches from this many activation rows take the packed tiles */
+#define PACK_MIN_ROWS 4 /* batches from this many activation rows take these tiles */
 #endif
-typedef struct pk_block { /* one activation group (4 activations) x one block */
-    uint8_t x[8][16], xl[8][16]; /* chunk c: activation j's bytes 4c..4c+3 at 4j */
-    float dx[4];                 /* d, or d / 256 with q8x2 */
-    int32_t s[2][4], sl[2][4];   /* sums of q (and lo) over each half */
-} pk_block;
 
-typedef struct wpk_block { /* one row group (4 rows) x one block */
-    uint8_t u[8][64];            /* chunk c: row i's bytes 4c..4c+3, 4 times, at 16i */
-    float sc[2][16], mn[2][16];  /* row i's half-h scale / min in lanes 4i..4i+3 */
-} wpk_block;
+typedef struct lr_act { /* activation j x block b: what the float steps need besides its bytes */
+    float dx;      /* d, or d / 256 with q8x2 */
+    float sf[3];   /* the sums of X (q, or q * 256 + lo with q8x2) over half 0, half 1, the block */
+    int32_t sx[3]; /* the same sums as integers (for the offset's correction) */
+    int32_t pad;
+} lr_act;
 
-/* Activations of a in groups of 4 (the last padded with zero activations). */
-static void pack_acts(const kvp_qact *a, pk_block *pk) {
+typedef struct lr_wblock { /* 16 rows x one block */
+    __m512i u[8];        /* chunk c: row i's bytes 4c .. 4c + 3 in lane i */
+    __m512 sc[2], mn[2]; /* row i's half-h scale / min in lane i */
+} lr_wblock;
+
+/* Per activation and block: its scale and the sums of its bytes (row-major, a->nb x nblk). */
+static void pack_acts(const kvp_qact *a, lr_act *pk) {
     int64_t nblk = a->n / QB;
-    int ng = (a->nb + 3) / 4;
-    memset(pk, 0, (size_t)ng * nblk * sizeof *pk);
-    for (int g = 0; g < ng; g++)
-        for (int j = 0; j < 4 && 4 * g + j < a->nb; j++) {
-            const int8_t *q = a->q + (size_t)(4 * g + j) * a->n, *l = a->lo ? a->lo + (size_t)(4 * g + j) * a->n : NULL;
-            const float *d = a->d + (size_t)(4 * g + j) * nblk;
-            for (int64_t b = 0; b < nblk; b++) {
-                pk_block *p = &pk[(size_t)g * nblk + b];
-                p->dx[j] = l ? d[b] * (1.0f / 256.0f) : d[b];
-                for (int k = 0; k < 32; k++) {
-                    p->x[k / 4][4 * j + k % 4] = (uint8_t)q[b * QB + k];
-                    p->s[k / 16][j] += q[b * QB + k];
-                    if (l) {
-                        p->xl[k / 4][4 * j + k % 4] = (uint8_t)l[b * QB + k];
-                        p->sl[k / 16][j] += l[b * QB + k];
-                    }
-                }
-            }
-        }
-}
-
-/* Rows [r0, r0 + 4 * GR) packed (rows past r1 get zero weights, never written out). */
-INLINE void pack_rows(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, wpk_block *wp) {
-    const __m512i quad = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const __m512i rowsel = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 24, 24, 24, 24);
-    for (int gi = 0; gi < GR; gi++)
+    for (int j = 0; j < a->nb; j++) {
+        const int8_t *q = a->q + (size_t)j * a->n, *l = a->lo ? a->lo + (size_t)j * a->n : NULL;
+        const float *d = a->d + (size_t)j * nblk;
         for (int64_t b = 0; b < nblk; b++) {
-            wpk_block *p = &wp[(size_t)gi * nblk + b];
-            __m256i u[4];
-            float sc[4][2], mn[4][2];
-            for (int i = 0; i < 4; i++) {
-                int64_t r = r0 + 4 * gi + i;
-                u[i] = _mm256_setzero_si256();
-                sc[i][0] = sc[i][1] = mn[i][0] = mn[i][1] = 0.0f;
-                if (r < r1) load_block(t, w + (size_t)r * rb, b, &u[i], sc[i], mn[i]);
+            int32_t s[2] = {0, 0}, sl[2] = {0, 0};
+            for (int k = 0; k < QB; k++) {
+                s[k / 16] += q[b * QB + k];
+                if (l) sl[k / 16] += l[b * QB + k];
             }
-            /* chunk c of rows 0..3, each 4 times: one two-source permute of the 4 rows */
-            __m512i z01 = _mm512_inserti64x4(_mm512_castsi256_si512(u[0]), u[1], 1);
-            __m512i z23 = _mm512_inserti64x4(_mm512_castsi256_si512(u[2]), u[3], 1);
-            for (int c = 0; c < 8; c++)
-                _mm512_storeu_si512(p->u[c], _mm512_permutex2var_epi32(z01, _mm512_add_epi32(rowsel, _mm512_set1_epi32(c)), z23));
-            for (int h = 0; h < 2; h++) {
-                __m128 s4 = _mm_setr_ps(sc[0][h], sc[1][h], sc[2][h], sc[3][h]), m4 = _mm_setr_ps(mn[0][h], mn[1][h], mn[2][h], mn[3][h]);
-                _mm512_storeu_ps(p->sc[h], _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(s4)));
-                _mm512_storeu_ps(p->mn[h], _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(m4)));
-            }
-        }
-}
-
-/* GR row groups x ng activation groups (ng compile-time). */
-INLINE void tile16(int t, int ng, int lo, int64_t nblk, const wpk_block *wp, const pk_block *pk, __m512 acc[GR][3]) {
-    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
-    for (int gi = 0; gi < GR; gi++)
-        for (int g = 0; g < ng; g++) acc[gi][g] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nblk; b++) {
-        __m512 tt[GR][3];
-        for (int h = 0; h < H; h++) {
-            const int c0 = H == 2 ? 4 * h : 0, c1 = H == 2 ? c0 + 4 : 8;
-            __m512i I[GR][3], IL[GR][3];
-            for (int g = 0; g < ng; g++) {
-                const pk_block *p = &pk[(size_t)g * nblk + b];
-                __m128i s = _mm_loadu_si128((const __m128i *)p->s[0]), sl = _mm_loadu_si128((const __m128i *)p->sl[0]);
-                if (H == 2 && h) s = _mm_loadu_si128((const __m128i *)p->s[1]), sl = _mm_loadu_si128((const __m128i *)p->sl[1]);
-                if (H == 1) {
-                    s = _mm_add_epi32(s, _mm_loadu_si128((const __m128i *)p->s[1]));
-                    sl = _mm_add_epi32(sl, _mm_loadu_si128((const __m128i *)p->sl[1]));
-                }
-                __m512i src = os >= 0 ? _mm512_broadcast_i32x4(_mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(s, os)))
-                                      : _mm512_setzero_si512();
-                __m512i srcl = os >= 0 ? _mm512_broadcast_i32x4(_mm_sub_epi32(_mm_setzero_si128(), _mm_slli_epi32(sl, os)))
-                                       : _mm512_setzero_si512();
-                for (int gi = 0; gi < GR; gi++) I[gi][g] = src, IL[gi][g] = srcl;
-            }
-            for (int c = c0; c < c1; c++) {
-                __m512i wv[GR];
-                for (int gi = 0; gi < GR; gi++) wv[gi] = _mm512_loadu_si512(wp[(size_t)gi * nblk + b].u[c]);
-                for (int g = 0; g < ng; g++) {
-                    const pk_block *p = &pk[(size_t)g * nblk + b];
-                    __m512i xv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p->x[c]));
-                    for (int gi = 0; gi < GR; gi++) I[gi][g] = _mm512_dpbusd_epi32(I[gi][g], wv[gi], xv);
-                    if (lo) {
-                        __m512i xlv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p->xl[c]));
-                        for (int gi = 0; gi < GR; gi++) IL[gi][g] = _mm512_dpbusd_epi32(IL[gi][g], wv[gi], xlv);
-                    }
-                }
-            }
-            for (int gi = 0; gi < GR; gi++) {
-                __m512 scv = _mm512_loadu_ps(wp[(size_t)gi * nblk + b].sc[h]);
-                for (int g = 0; g < ng; g++) {
-                    __m512i Iv = lo ? _mm512_add_epi32(_mm512_slli_epi32(I[gi][g], 8), IL[gi][g]) : I[gi][g];
-                    __m512 f = _mm512_cvtepi32_ps(Iv);
-                    tt[gi][g] = h == 0 ? _mm512_mul_ps(scv, f) : _mm512_fmadd_ps(scv, f, tt[gi][g]);
-                }
-            }
-        }
-        for (int g = 0; g < ng; g++) {
-            const pk_block *p = &pk[(size_t)g * nblk + b];
-            if (mins)
-                for (int h = 0; h < H; h++) {
-                    __m128i s = _mm_loadu_si128((const __m128i *)p->s[h]), sl = _mm_loadu_si128((const __m128i *)p->sl[h]);
-                    if (H == 1) {
-                        s = _mm_add_epi32(s, _mm_loadu_si128((const __m128i *)p->s[1]));
-                        sl = _mm_add_epi32(sl, _mm_loadu_si128((const __m128i *)p->sl[1]));
-                    }
-                    if (lo) s = _mm_add_epi32(_mm_slli_epi32(s, 8), sl);
-                    __m512 sv = _mm512_broadcast_f32x4(_mm_cvtepi32_ps(s));
-                    for (int gi = 0; gi < GR; gi++)
-                        tt[gi][g] = _mm512_fmadd_ps(_mm512_loadu_ps(wp[(size_t)gi * nblk + b].mn[h]), sv, tt[gi][g]);
-                }
-            __m512 dxv = _mm512_broadcast_f32x4(_mm_loadu_ps(p->dx));
-            for (int gi = 0; gi < GR; gi++) acc[gi][g] = _mm512_fmadd_ps(dxv, tt[gi][g], acc[gi][g]);
+            lr_act *p = &pk[(size_t)j * nblk + b];
+            p->dx = l ? d[b] * (1.0f / 256.0f) : d[b];
+            for (int h = 0; h < 2; h++) p->sx[h] = l ? s[h] * 256 + sl[h] : s[h];
+            p->sx[2] = p->sx[0] + p->sx[1];
+            for (int h = 0; h < 3; h++) p->sf[h] = (float)p->sx[h];
+            p->pad = 0;
         }
     }
 }
 
-INLINE void qdot_gemm(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
-                      const pk_block *pk, wpk_block *wp, float *const *out) {
-    int64_t nblk = n / QB;
-    int ng = (a->nb + 3) / 4;
-    const int NG = lo ? 2 : 3; /* activation groups per tile: all accumulators in registers */
-    for (int64_t r = r0; r < r1; r += 4 * GR) {
-        pack_rows(t, w, rb, nblk, r, r1, wp);
-        for (int g0 = 0; g0 < ng; g0 += NG) {
-            int k = ng - g0 < NG ? ng - g0 : NG;
-            __m512 acc[GR][3];
-            const pk_block *p = pk + (size_t)g0 * nblk;
-            if (k == 3) tile16(t, 3, lo, nblk, wp, p, acc);
-            else if (k == 2) tile16(t, 2, lo, nblk, wp, p, acc);
-            else tile16(t, 1, lo, nblk, wp, p, acc);
-            for (int gi = 0; gi < GR; gi++)
-                for (int g = 0; g < k; g++) {
-                    float v[16];
-                    _mm512_storeu_ps(v, acc[gi][g]);
-                    for (int i = 0; i < 4; i++)
-                        for (int j = 0; j < 4; j++) {
-                            int64_t row = r + 4 * gi + i;
-                            int act = 4 * (g0 + g) + j;
-                            if (row < r1 && act < a->nb) out[act][row] = v[4 * i + j];
-                        }
+/* Rows [r0, r0 + LR) as lane = row blocks (rows past r1 get zero weights, never written out). */
+INLINE void pack_rows(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, lr_wblock *wp) {
+    for (int64_t b = 0; b < nblk; b++) {
+        __m256 u[LR], c0[8], c1[8];
+        float sc[2][LR], mn[2][LR];
+        for (int i = 0; i < LR; i++) {
+            __m256i ui = _mm256_setzero_si256();
+            float s2[2] = {0.0f, 0.0f}, m2[2] = {0.0f, 0.0f};
+            if (r0 + i < r1) load_block(t, w + (size_t)(r0 + i) * rb, b, &ui, s2, m2);
+            u[i] = _mm256_castsi256_ps(ui);
+            sc[0][i] = s2[0], sc[1][i] = s2[1], mn[0][i] = m2[0], mn[1][i] = m2[1];
+        }
+        transpose8(u, c0); /* chunk c of rows 0-7 in c0[c], of rows 8-15 in c1[c] */
+        transpose8(u + 8, c1);
+        lr_wblock *p = &wp[b];
+        for (int c = 0; c < 8; c++)
+            p->u[c] = _mm512_castps_si512(_mm512_insertf32x8(_mm512_castps256_ps512(c0[c]), c1[c], 1));
+        for (int h = 0; h < 2; h++) p->sc[h] = _mm512_loadu_ps(sc[h]), p->mn[h] = _mm512_loadu_ps(mn[h]);
+    }
+}
+
+INLINE __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* The packed tile against activations j0 .. j0 + na - 1 (na compile-time): acc[j], lane i =
+ * the output of row i for activation j0 + j. */
+INLINE void tile_lr(int t, int na, int lo, int64_t nblk, const lr_wblock *wp, const kvp_qact *a, const lr_act *pk,
+                    int j0, __m512 *acc) {
+    const int os = off_shift(t), H = type_halves(t), mins = type_has_min(t);
+    const int8_t *xq[8], *xl[8];
+    const lr_act *pa[8];
+    for (int j = 0; j < na; j++) {
+        xq[j] = a->q + (size_t)(j0 + j) * a->n;
+        xl[j] = lo ? a->lo + (size_t)(j0 + j) * a->n : NULL;
+        pa[j] = pk + (size_t)(j0 + j) * nblk;
+        acc[j] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        const lr_wblock *p = &wp[b];
+        __m512 tt[8];
+        for (int h = 0; h < H; h++) {
+            const int c0 = H == 2 ? 4 * h : 0, c1 = H == 2 ? c0 + 4 : 8;
+            __m512i I[8], IL[8];
+            for (int j = 0; j < na; j++) I[j] = IL[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8 /* rolled, GCC rotated the accumulators through copies each chunk */
+            for (int c = c0; c < c1; c++) {
+                const __m512i wv = _mm512_load_si512(&p->u[c]);
+                for (int j = 0; j < na; j++) {
+                    I[j] = _mm512_dpbusd_epi32(I[j], wv, bcast4(xq[j] + b * QB + 4 * c));
+                    if (lo) IL[j] = _mm512_dpbusd_epi32(IL[j], wv, bcast4(xl[j] + b * QB + 4 * c));
                 }
+            }
+            const __m512 scv = _mm512_load_ps((const float *)&p->sc[h]);
+            for (int j = 0; j < na; j++) {
+                __m512i Iv = lo ? _mm512_add_epi32(_mm512_slli_epi32(I[j], 8), IL[j]) : I[j];
+                if (os >= 0) Iv = _mm512_sub_epi32(Iv, _mm512_set1_epi32((int32_t)((uint32_t)pa[j][b].sx[H == 2 ? h : 2] << os)));
+                __m512 f = _mm512_cvtepi32_ps(Iv);
+                tt[j] = h == 0 ? _mm512_mul_ps(scv, f) : _mm512_fmadd_ps(scv, f, tt[j]);
+            }
+        }
+        for (int j = 0; j < na; j++) {
+            if (mins)
+                for (int h = 0; h < H; h++)
+                    tt[j] = _mm512_fmadd_ps(_mm512_load_ps((const float *)&p->mn[h]), _mm512_set1_ps(pa[j][b].sf[H == 2 ? h : 2]), tt[j]);
+            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(pa[j][b].dx), tt[j], acc[j]);
+        }
+    }
+}
+
+/* Activations per tile: every accumulator in a register (32 of them). */
+INLINE int tile_acts(int t, int lo) { return lo ? (type_halves(t) == 2 ? 4 : 6) : 8; }
+
+INLINE void qdot_gemm(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1, const kvp_qact *a,
+                      const lr_act *pk, lr_wblock *wp, float *const *out) {
+    const int64_t nblk = n / QB;
+    const int NA = tile_acts(t, lo);
+    for (int64_t r = r0; r < r1; r += LR) {
+        pack_rows(t, w, rb, nblk, r, r1, wp);
+        const __mmask16 m = r1 - r >= LR ? (__mmask16)0xffff : (__mmask16)((1u << (r1 - r)) - 1);
+        for (int j0 = 0; j0 < a->nb;) {
+            const int left = a->nb - j0, k = left >= NA ? NA : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            __m512 acc[8];
+            if (k == NA) tile_lr(t, NA, lo, nblk, wp, a, pk, j0, acc);
+            else if (k == 4) tile_lr(t, 4, lo, nblk, wp, a, pk, j0, acc);
+            else if (k == 2) tile_lr(t, 2, lo, nblk, wp, a, pk, j0, acc);
+            else tile_lr(t, 1, lo, nblk, wp, a, pk, j0, acc);
+            for (int j = 0; j < k; j++) _mm512_mask_storeu_ps(out[j0 + j] + r, m, acc[j]);
+            j0 += k;
         }
     }
 }
@@ -1513,7 +1490,7 @@ static size_t qd_pack_bytes(const kvp_qact *a) {
     if (a->nb >= AMX_MIN_ROWS) return (size_t)((a->nb + 15) / 16) * (size_t)(a->n / QB) * sizeof(amx_act);
 #endif
 #ifdef QD_512
-    return a->nb >= PACK_MIN_ROWS ? (size_t)((a->nb + 3) / 4) * (size_t)(a->n / QB) * sizeof(pk_block) : 0;
+    return a->nb >= PACK_MIN_ROWS ? (size_t)a->nb * (size_t)(a->n / QB) * sizeof(lr_act) : 0;
 #else
     (void)a;
     return 0;
@@ -1552,7 +1529,7 @@ static void qd_rows(enum kvp_type type, const void *weights, size_t row_bytes, i
 #ifdef QD_AMX
     kvp_qact unpacked;
     /* Wide batches take the AMX tiles (activations packed by the caller, or here); without
-     * memory for them, the packed 16-pair tiles below give the same bits. */
+     * memory for them, the lane = row tiles below give the same bits. */
     if (a->nb >= AMX_MIN_ROWS) {
         const amx_act *apk = a->pk;
         amx_w *awp = aligned_alloc(64, (size_t)nblk * sizeof(amx_w));
@@ -1576,9 +1553,9 @@ static void qd_rows(enum kvp_type type, const void *weights, size_t row_bytes, i
     }
 #endif
 #ifdef QD_512
-    /* Batches take the packed 16-pair tiles (activations packed by the caller, or here). */
+    /* Batches take the lane = row tiles (activations packed by the caller, or here). */
     size_t pb = qd_pack_bytes(a);
-    if (pb && (wp = mem = aligned_alloc(64, (size_t)GR * nblk * sizeof(wpk_block)))) {
+    if (pb && (wp = mem = aligned_alloc(64, (size_t)nblk * sizeof(lr_wblock)))) {
         if (!(pk = a->pk) && (amem = malloc(pb))) pack_acts(a, amem), pk = amem;
         if (!pk) wp = NULL;
     }

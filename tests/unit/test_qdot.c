@@ -89,10 +89,11 @@ static void check_kernel(const char *title, enum kvp_type type, const void *data
         for (int64_t r0 = 0; r0 < rows; r0 += 7) kvp_qdot_rows(type, data, rb, r0, r0 + 7 < rows ? r0 + 7 : rows, &packed, outp2);
         same &= memcmp(res, res2, (size_t)NB * rows * sizeof(float)) == 0;
         free(pbuf);
-        /* Batches of 2 and 3 (the decode kernel's multi-activation tiles), 5 (the 16-pair tiles)
-         * and 17 (one AMX group and one row), odd row splits. */
-        static const int nbs[] = {2, 3, 5, 17};
-        for (int ni = 0, nb; ni < 4 && (nb = nbs[ni]); ni++)
+        /* Batches of 2 and 3 (the decode kernel's multi-activation tiles), 5, 7 and 8 (the lane =
+         * row tiles of 8, 6 or 4 activations and their remainders of 4, 2 and 1) and 17 (one AMX
+         * group and one row), odd row splits. */
+        static const int nbs[] = {2, 3, 5, 7, 8, 17};
+        for (int ni = 0, nb; ni < 6 && (nb = nbs[ni]); ni++)
             for (int j0 = 0; j0 + nb <= NB; j0 += nb) {
                 kvp_qact part = {n, nb, a.q + j0 * n, a.d + j0 * nblk, a.lo ? a.lo + j0 * n : NULL, NULL};
                 memset(res2, 0, (size_t)NB * rows * sizeof(float));
