@@ -1085,8 +1085,50 @@ static void pack_acts(const kvp_qact *a, lr_act *pk) {
     }
 }
 
+/* Lane = block super-blocks (K-quants repacked at load): each row's super-block unpacks whole
+ * (vector c: chunk c of its 8 blocks, lane = block), and an 8 x 8 transpose per chunk and half
+ * tile turns lane = block into lane = row, where one gather per row and block did it before. */
+INLINE void pack_rows_lb(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, lr_wblock *wp) {
+    const size_t sb_bytes = rb / (size_t)(nblk / DC);
+    for (int64_t b0 = 0; b0 < nblk; b0 += DC) {
+        __m256 u[DC][LR], sc[2][LR], mn[2][LR], c0[DC], c1[DC];
+        for (int i = 0; i < LR; i++) {
+            __m256i ui[DC];
+            __m256 s2[2], m2[2];
+            if (r0 + i < r1) {
+                const uint8_t *row = w + (size_t)(r0 + i) * rb;
+                lb_unpack(t, row + (size_t)(b0 / DC) * sb_bytes, ui);
+                load_scales(t, row, b0, DC, s2, m2);
+            } else {
+                for (int c = 0; c < DC; c++) ui[c] = _mm256_setzero_si256();
+                s2[0] = s2[1] = m2[0] = m2[1] = _mm256_setzero_ps();
+            }
+            for (int c = 0; c < DC; c++) u[c][i] = _mm256_castsi256_ps(ui[c]);
+            for (int h = 0; h < 2; h++) sc[h][i] = s2[h], mn[h][i] = m2[h];
+        }
+        for (int c = 0; c < DC; c++) { /* c0[k] lane i: row i's chunk c of block b0 + k */
+            transpose8(u[c], c0);
+            transpose8(u[c] + 8, c1);
+            for (int k = 0; k < DC; k++)
+                wp[b0 + k].u[c] = _mm512_castps_si512(_mm512_insertf32x8(_mm512_castps256_ps512(c0[k]), c1[k], 1));
+        }
+        for (int h = 0; h < 2; h++) {
+            transpose8(sc[h], c0);
+            transpose8(sc[h] + 8, c1);
+            for (int k = 0; k < DC; k++) wp[b0 + k].sc[h] = _mm512_insertf32x8(_mm512_castps256_ps512(c0[k]), c1[k], 1);
+            transpose8(mn[h], c0);
+            transpose8(mn[h] + 8, c1);
+            for (int k = 0; k < DC; k++) wp[b0 + k].mn[h] = _mm512_insertf32x8(_mm512_castps256_ps512(c0[k]), c1[k], 1);
+        }
+    }
+}
+
 /* Rows [r0, r0 + LR) as lane = row blocks (rows past r1 get zero weights, never written out). */
 INLINE void pack_rows(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, lr_wblock *wp) {
+    if (is_lb(t)) {
+        pack_rows_lb(t, w, rb, nblk, r0, r1, wp);
+        return;
+    }
     for (int64_t b = 0; b < nblk; b++) {
         __m256 u[LR], c0[8], c1[8];
         float sc[2][LR], mn[2][LR];
