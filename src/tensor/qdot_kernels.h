@@ -1058,9 +1058,9 @@ typedef struct lr_act { /* activation j x block b: what the float steps need bes
     int32_t pad;
 } lr_act;
 
-typedef struct lr_wblock { /* 16 rows x one block */
-    __m512i u[8];        /* chunk c: row i's bytes 4c .. 4c + 3 in lane i */
-    __m512 sc[2], mn[2]; /* row i's half-h scale / min in lane i */
+typedef struct lr_wblock { /* 16 rows x one block (768 bytes: 64-byte aligned in an aligned array) */
+    uint8_t u[8][64];          /* chunk c: row i's bytes 4c .. 4c + 3 in lane i */
+    float sc[2][LR], mn[2][LR]; /* row i's half-h scale / min in lane i */
 } lr_wblock;
 
 /* Per activation and block: its scale and the sums of its bytes (row-major, a->nb x nblk). */
@@ -1086,65 +1086,78 @@ static void pack_acts(const kvp_qact *a, lr_act *pk) {
 }
 
 /* Lane = block super-blocks (K-quants repacked at load): each row's super-block unpacks whole
- * (vector c: chunk c of its 8 blocks, lane = block), and an 8 x 8 transpose per chunk and half
- * tile turns lane = block into lane = row, where one gather per row and block did it before. */
+ * (vector c: chunk c of its 8 blocks, lane = block), row after row (one sequential stream, as
+ * below), parked as 16 rows of 32 bytes in the u of block b0 + c; then an 8 x 8 transpose per
+ * chunk and half tile turns lane = block into lane = row. (One gather per row and block did it
+ * before, and made the pack the batch kernel's cost on these types.) */
 INLINE void pack_rows_lb(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, lr_wblock *wp) {
     const size_t sb_bytes = rb / (size_t)(nblk / DC);
-    for (int64_t b0 = 0; b0 < nblk; b0 += DC) {
-        __m256 u[DC][LR], sc[2][LR], mn[2][LR], c0[DC], c1[DC];
-        for (int i = 0; i < LR; i++) {
+    for (int i = 0; i < LR; i++) {
+        const uint8_t *row = r0 + i < r1 ? w + (size_t)(r0 + i) * rb : NULL;
+        for (int64_t b0 = 0; b0 < nblk; b0 += DC) {
             __m256i ui[DC];
             __m256 s2[2], m2[2];
-            if (r0 + i < r1) {
-                const uint8_t *row = w + (size_t)(r0 + i) * rb;
-                lb_unpack(t, row + (size_t)(b0 / DC) * sb_bytes, ui);
+            if (row) {
+                const uint8_t *sb = row + (size_t)(b0 / DC) * sb_bytes;
+                for (size_t o = 0; o < sb_bytes; o += 64) _mm_prefetch((const char *)sb + PF_DIST + o, _MM_HINT_T0);
+                lb_unpack(t, sb, ui);
                 load_scales(t, row, b0, DC, s2, m2);
             } else {
                 for (int c = 0; c < DC; c++) ui[c] = _mm256_setzero_si256();
                 s2[0] = s2[1] = m2[0] = m2[1] = _mm256_setzero_ps();
             }
-            for (int c = 0; c < DC; c++) u[c][i] = _mm256_castsi256_ps(ui[c]);
-            for (int h = 0; h < 2; h++) sc[h][i] = s2[h], mn[h][i] = m2[h];
-        }
-        for (int c = 0; c < DC; c++) { /* c0[k] lane i: row i's chunk c of block b0 + k */
-            transpose8(u[c], c0);
-            transpose8(u[c] + 8, c1);
+            for (int c = 0; c < DC; c++) _mm256_store_si256((__m256i *)(wp[b0 + c].u[0] + 32 * i), ui[c]);
+            float sv[2][DC], mv[2][DC];
+            for (int h = 0; h < 2; h++) _mm256_storeu_ps(sv[h], s2[h]), _mm256_storeu_ps(mv[h], m2[h]);
             for (int k = 0; k < DC; k++)
-                wp[b0 + k].u[c] = _mm512_castps_si512(_mm512_insertf32x8(_mm512_castps256_ps512(c0[k]), c1[k], 1));
+                for (int h = 0; h < 2; h++) wp[b0 + k].sc[h][i] = sv[h][k], wp[b0 + k].mn[h][i] = mv[h][k];
         }
-        for (int h = 0; h < 2; h++) {
-            transpose8(sc[h], c0);
-            transpose8(sc[h] + 8, c1);
-            for (int k = 0; k < DC; k++) wp[b0 + k].sc[h] = _mm512_insertf32x8(_mm512_castps256_ps512(c0[k]), c1[k], 1);
-            transpose8(mn[h], c0);
-            transpose8(mn[h] + 8, c1);
-            for (int k = 0; k < DC; k++) wp[b0 + k].mn[h] = _mm512_insertf32x8(_mm512_castps256_ps512(c0[k]), c1[k], 1);
+    }
+    for (int64_t b0 = 0; b0 < nblk; b0 += DC) {
+        __m512 out[DC][DC]; /* [block k][chunk c] */
+        for (int c = 0; c < DC; c++) {
+            __m256 u[LR], c0[DC], c1[DC];
+            for (int i = 0; i < LR; i++) u[i] = _mm256_load_ps((const float *)(wp[b0 + c].u[0] + 32 * i));
+            transpose8(u, c0); /* c0[k] lane i: row i's chunk c of block b0 + k (rows 0-7) */
+            transpose8(u + 8, c1);
+            for (int k = 0; k < DC; k++) out[k][c] = _mm512_insertf32x8(_mm512_castps256_ps512(c0[k]), c1[k], 1);
         }
+        for (int k = 0; k < DC; k++)
+            for (int c = 0; c < DC; c++) _mm512_store_ps(wp[b0 + k].u[c], out[k][c]);
     }
 }
 
-/* Rows [r0, r0 + LR) as lane = row blocks (rows past r1 get zero weights, never written out). */
+/* Rows [r0, r0 + LR) as lane = row blocks (rows past r1 get zero weights, never written out).
+ * Row by row first — the tile's rows are one sequential stream from memory, where reading
+ * block b of 16 rows at once made 16 — into each block's u as 16 rows of 32 bytes, then one
+ * transpose per block turns those into lane = row chunks in place. */
 INLINE void pack_rows(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, lr_wblock *wp) {
     if (is_lb(t)) {
         pack_rows_lb(t, w, rb, nblk, r0, r1, wp);
         return;
     }
-    for (int64_t b = 0; b < nblk; b++) {
-        __m256 u[LR], c0[8], c1[8];
-        float sc[2][LR], mn[2][LR];
-        for (int i = 0; i < LR; i++) {
+    const size_t bpb = rb / (size_t)nblk; /* weight bytes per 32 elements */
+    for (int i = 0; i < LR; i++) {
+        const uint8_t *row = r0 + i < r1 ? w + (size_t)(r0 + i) * rb : NULL;
+        for (int64_t b = 0; b < nblk; b++) {
             __m256i ui = _mm256_setzero_si256();
             float s2[2] = {0.0f, 0.0f}, m2[2] = {0.0f, 0.0f};
-            if (r0 + i < r1) load_block(t, w + (size_t)(r0 + i) * rb, b, &ui, s2, m2);
-            u[i] = _mm256_castsi256_ps(ui);
-            sc[0][i] = s2[0], sc[1][i] = s2[1], mn[0][i] = m2[0], mn[1][i] = m2[1];
+            if (row) {
+                if ((b & 1) == 0) _mm_prefetch((const char *)row + (size_t)b * bpb + PF_DIST, _MM_HINT_T0);
+                load_block(t, row, b, &ui, s2, m2);
+            }
+            lr_wblock *p = &wp[b];
+            _mm256_store_si256((__m256i *)(p->u[0] + 32 * i), ui);
+            p->sc[0][i] = s2[0], p->sc[1][i] = s2[1], p->mn[0][i] = m2[0], p->mn[1][i] = m2[1];
         }
+    }
+    for (int64_t b = 0; b < nblk; b++) {
+        lr_wblock *p = &wp[b];
+        __m256 u[LR], c0[8], c1[8];
+        for (int i = 0; i < LR; i++) u[i] = _mm256_load_ps((const float *)(p->u[0] + 32 * i));
         transpose8(u, c0); /* chunk c of rows 0-7 in c0[c], of rows 8-15 in c1[c] */
         transpose8(u + 8, c1);
-        lr_wblock *p = &wp[b];
-        for (int c = 0; c < 8; c++)
-            p->u[c] = _mm512_castps_si512(_mm512_insertf32x8(_mm512_castps256_ps512(c0[c]), c1[c], 1));
-        for (int h = 0; h < 2; h++) p->sc[h] = _mm512_loadu_ps(sc[h]), p->mn[h] = _mm512_loadu_ps(mn[h]);
+        for (int c = 0; c < 8; c++) _mm512_store_ps(p->u[c], _mm512_insertf32x8(_mm512_castps256_ps512(c0[c]), c1[c], 1));
     }
 }
 
@@ -1176,13 +1189,13 @@ INLINE void tile_lr(int t, int na, int lo, int64_t nblk, const lr_wblock *wp, co
             for (int j = 0; j < na; j++) I[j] = IL[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8 /* rolled, GCC rotated the accumulators through copies each chunk */
             for (int c = c0; c < c1; c++) {
-                const __m512i wv = _mm512_load_si512(&p->u[c]);
+                const __m512i wv = _mm512_load_si512(p->u[c]);
                 for (int j = 0; j < na; j++) {
                     I[j] = _mm512_dpbusd_epi32(I[j], wv, bcast4(xq[j] + b * QB + 4 * c));
                     if (lo) IL[j] = _mm512_dpbusd_epi32(IL[j], wv, bcast4(xl[j] + b * QB + 4 * c));
                 }
             }
-            const __m512 scv = _mm512_load_ps((const float *)&p->sc[h]);
+            const __m512 scv = _mm512_load_ps(p->sc[h]);
             for (int j = 0; j < na; j++) {
                 __m512i Iv = lo ? _mm512_add_epi32(_mm512_slli_epi32(I[j], 8), IL[j]) : I[j];
                 if (os >= 0) Iv = _mm512_sub_epi32(Iv, _mm512_set1_epi32((int32_t)((uint32_t)pa[j][b].sx[H == 2 ? h : 2] << os)));
@@ -1193,7 +1206,7 @@ INLINE void tile_lr(int t, int na, int lo, int64_t nblk, const lr_wblock *wp, co
         for (int j = 0; j < na; j++) {
             if (mins)
                 for (int h = 0; h < H; h++)
-                    tt[j] = _mm512_fmadd_ps(_mm512_load_ps((const float *)&p->mn[h]), _mm512_set1_ps(pa[j][b].sf[H == 2 ? h : 2]), tt[j]);
+                    tt[j] = _mm512_fmadd_ps(_mm512_load_ps(p->mn[h]), _mm512_set1_ps(pa[j][b].sf[H == 2 ? h : 2]), tt[j]);
             acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(pa[j][b].dx), tt[j], acc[j]);
         }
     }
