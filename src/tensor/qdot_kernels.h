@@ -1040,11 +1040,10 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
  * own row (an embedded broadcast: its bytes are never regrouped): one vpdpbusd adds 4 products
  * to each of 16 (row, activation) pairs, the float steps run once per 16 pairs with nothing to
  * reduce or transpose, and the 16 results are 16 consecutive outputs. A weight byte is stored
- * once (not once per activation lane), so the tile of a 4864-wide row stays within L2 and
- * the instructions other than dots are a third of the loop (they were two thirds with tiles of
- * 4 rows x 4 activations, on AMD Zen 4). The recipe per pair is the one-row kernel's: the same
- * integers (the offset's correction is taken once, from the activation's sums), the same float
- * steps in the same order. */
+ * once (the tiles of 4 rows x 4 activations before stored it 4 times), so a tile of 16 rows of
+ * 4864 is 117 KB, within L2. The recipe per pair is the one-row kernel's: the same integers
+ * (the offset's correction is taken once, from the activation's sums), the same float steps in
+ * the same order. */
 #ifdef QD_512
 #define LR 16 /* rows per tile: the lanes of a vector */
 #ifndef PACK_MIN_ROWS
