@@ -1037,7 +1037,7 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
  * A tile of 16 weight rows is unpacked once per call into lane = row vectors: vector c of block
  * b holds in lane i bytes 4c .. 4c + 3 of row i's block b (u), and the rows' scales and mins
  * per half likewise. Every activation then meets the tile 4 bytes at a time, broadcast from its
- * own row (an embedded broadcast: its bytes are never regrouped): one vpdpbusd adds 4 products
+ * own row (its bytes are never regrouped): one vpdpbusd adds 4 products
  * to each of 16 (row, activation) pairs, the float steps run once per 16 pairs with nothing to
  * reduce or transpose, and the 16 results are 16 consecutive outputs. A weight byte is stored
  * once (the tiles of 4 rows x 4 activations before stored it 4 times), so a tile of 16 rows of
