@@ -1084,6 +1084,16 @@ static void pack_acts(const kvp_qact *a, lr_act *pk) {
     }
 }
 
+/* 16 rows of 8 four-byte lanes (row i at rows + 32 i, 32-byte aligned) turned into 8 vectors
+ * of 16: out[k] lane i = lane k of row i. */
+INLINE void transpose16x8(const uint8_t *rows, __m512 out[8]) {
+    __m256 u[LR], c0[8], c1[8];
+    for (int i = 0; i < LR; i++) u[i] = _mm256_load_ps((const float *)(rows + 32 * i));
+    transpose8(u, c0);
+    transpose8(u + 8, c1);
+    for (int k = 0; k < 8; k++) out[k] = _mm512_insertf32x8(_mm512_castps256_ps512(c0[k]), c1[k], 1);
+}
+
 /* Lane = block super-blocks (K-quants repacked at load): each row's super-block unpacks whole
  * (vector c: chunk c of its 8 blocks, lane = block), row after row (one sequential stream, as
  * below), parked as 16 rows of 32 bytes in the u of block b0 + c; then an 8 x 8 transpose per
@@ -1115,11 +1125,9 @@ INLINE void pack_rows_lb(int t, const uint8_t *w, size_t rb, int64_t nblk, int64
     for (int64_t b0 = 0; b0 < nblk; b0 += DC) {
         __m512 out[DC][DC]; /* [block k][chunk c] */
         for (int c = 0; c < DC; c++) {
-            __m256 u[LR], c0[DC], c1[DC];
-            for (int i = 0; i < LR; i++) u[i] = _mm256_load_ps((const float *)(wp[b0 + c].u[0] + 32 * i));
-            transpose8(u, c0); /* c0[k] lane i: row i's chunk c of block b0 + k (rows 0-7) */
-            transpose8(u + 8, c1);
-            for (int k = 0; k < DC; k++) out[k][c] = _mm512_insertf32x8(_mm512_castps256_ps512(c0[k]), c1[k], 1);
+            __m512 col[DC]; /* col[k] lane i: row i's chunk c of block b0 + k */
+            transpose16x8(wp[b0 + c].u[0], col);
+            for (int k = 0; k < DC; k++) out[k][c] = col[k];
         }
         for (int k = 0; k < DC; k++)
             for (int c = 0; c < DC; c++) _mm512_store_ps(wp[b0 + k].u[c], out[k][c]);
@@ -1152,11 +1160,9 @@ INLINE void pack_rows(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t 
     }
     for (int64_t b = 0; b < nblk; b++) {
         lr_wblock *p = &wp[b];
-        __m256 u[LR], c0[8], c1[8];
-        for (int i = 0; i < LR; i++) u[i] = _mm256_load_ps((const float *)(p->u[0] + 32 * i));
-        transpose8(u, c0); /* chunk c of rows 0-7 in c0[c], of rows 8-15 in c1[c] */
-        transpose8(u + 8, c1);
-        for (int c = 0; c < 8; c++) _mm512_store_ps(p->u[c], _mm512_insertf32x8(_mm512_castps256_ps512(c0[c]), c1[c], 1));
+        __m512 chunk[8]; /* chunk[c] lane i: row i's bytes 4c .. 4c + 3 */
+        transpose16x8(p->u[0], chunk);
+        for (int c = 0; c < 8; c++) _mm512_store_ps(p->u[c], chunk[c]);
     }
 }
 
