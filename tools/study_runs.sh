@@ -38,7 +38,15 @@ RACE="--conditions clean,blank,drop-content --steps 0,16"
 R15="--layers 0,4,7,14,21"        # 28 layers
 R05="--layers 0,3,6,12,18"        # 24 layers
 
-runs="base05-humaneval base05-mbpp base05-gsm8k base15-humaneval base15-mbpp base15-gsm8k smollm2-mbpp qwen05-gsm8k race05-humaneval qwen15-humaneval qwen15-mbpp race15-gsm8k"
+# The scaffold policy's variant (issue 13: it lost on 0.5B GSM8K, its filler read as the
+# question): the shared scaffold above L except the prompt's last N positions, which stay the
+# request's own; drop-content with the same window beside it. Compared with qwen05-gsm8k's
+# peers and blank / drop-content cells on the same 100 examples (the clean cells are the same).
+RECENT05=""
+for L in 12 18 21; do for N in 16 32; do RECENT05="$RECENT05 --kv-policy scaffold:L=$L,W=0,recent=$N"; done; done
+RECENT05="$RECENT05 --kv-policy drop-content:L=12,W=0,recent=32 --kv-policy drop-content:L=18,W=0,recent=32"
+
+runs="base05-humaneval base05-mbpp base05-gsm8k base15-humaneval base15-mbpp base15-gsm8k smollm2-mbpp qwen05-gsm8k recent05-gsm8k race05-humaneval qwen15-humaneval qwen15-mbpp race15-gsm8k"
 
 cmd() {
     case $1 in
@@ -53,6 +61,7 @@ cmd() {
     qwen15-humaneval) echo "-m $Q15 --dataset humaneval $GRID $L15 $PEERS --out runs/qwen15-humaneval" ;;
     qwen05-gsm8k) echo "-m $Q05 --dataset gsm8k:100 $GRID $L05 $PEERS --out runs/qwen05-gsm8k" ;;
     qwen15-mbpp) echo "-m $Q15 --dataset mbpp:100 $GRID $L15 $PEERS --out runs/qwen15-mbpp" ;;
+    recent05-gsm8k) echo "-m $Q05 --dataset gsm8k:100 --conditions clean $RECENT05 --out runs/recent05-gsm8k" ;;
     race05-humaneval) echo "-m $Q05 --dataset humaneval $RACE $R05 $PEERS --out runs/race05-humaneval" ;;
     race15-gsm8k) echo "-m $Q15 --dataset gsm8k:100 $RACE $R15 $PEERS --out runs/race15-gsm8k" ;;
     *) echo "unknown run '$1' (sh $0 --list)" >&2; return 1 ;;

@@ -10,6 +10,9 @@
  *                              and the request's own K/V there are released
  *   drop-content:L=..,W=..     once W tokens are generated, evict the user-content positions
  *                              at layers >= L (the scaffold stays)
+ *   scaffold / drop-content ...,recent=N   the same, but the prompt span's last N positions
+ *                              stay the request's own at every layer (a recent window: where a
+ *                              task's question usually ends)
  *   streaming:budget=B[,sinks=4]      StreamingLLM: the first `sinks` positions (attention
  *                              sinks) and the most recent ones
  *   h2o:budget=B[,recent=R]    H2O: the R most recent positions and the heavy hitters, the
@@ -55,7 +58,8 @@ typedef struct kvp_kv_policy {
     double budget;  /* streaming, h2o, snapkv: kept fraction of the prompt span */
     int tokens;     /* or kept positions (> 0 overrides budget) */
     int sinks;      /* streaming (default 4) */
-    int recent;     /* h2o (default: half the kept positions; -1 = default) */
+    int recent;     /* h2o: recent positions kept (default: half the kept ones; -1 = default);
+                     * scaffold, drop-content: the span's last positions left unedited (-1 = 0) */
     int window;     /* snapkv observation window (default 32) */
     int kernel;     /* snapkv pooling kernel, odd (default 7) */
 } kvp_kv_policy;

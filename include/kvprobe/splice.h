@@ -2,7 +2,8 @@
  *
  * Applied once, in place, to a cache that holds a prompt of n_prompt tokens whose last token
  * has not been fed yet (it is the first decode step), plus any tokens generated so far:
- *   span   = prompt positions [0, n_prompt - 1), filtered by segment (--span)
+ *   span   = prompt positions [0, n_prompt - 1), filtered by segment (--span), less the last
+ *            keep_recent of them (a recent window that stays the sequence's own)
  *   layers = every layer l >= layer_from
  * Conditions:
  *   clean         no edit
@@ -57,6 +58,7 @@ typedef struct kvp_splice {
     const uint8_t *seg;    /* [n_prompt] kvp_segment labels (chat.h); NULL = all user */
     const kvp_kv *donor;   /* blank / other: the donor prompt's cache, same positions */
     uint64_t seed;         /* noise */
+    int keep_recent;       /* positions [n_prompt - 1 - keep_recent, n_prompt - 1) stay unedited */
 } kvp_splice;
 
 /* Which prompt positions the splice touches: mask[p] = 1 for p in the span ([n_prompt]). */

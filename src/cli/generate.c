@@ -55,7 +55,8 @@ static void gen_usage(FILE *f) {
             "  --chat               render -p as a user turn with the model's chat template and stop\n"
             "                       at the end of the turn; --system S, --template NAME, --no-think\n"
             "  --kv-policy SPEC     what the cache keeps of the prompt (include/kvprobe/policy.h):\n"
-            "                       full, scaffold:L=..,W=.. and drop-content:L=..,W=.. (need --chat),\n"
+            "                       full, scaffold:L=..,W=..[,recent=N] and drop-content:L=..,W=..[,recent=N]\n"
+            "                       (need --chat; recent: the prompt's last N positions stay the request's),\n"
             "                       streaming:budget=B, h2o:budget=B, snapkv:budget=B (B: kept\n"
             "                       fraction of the prompt, or tokens=N); the KV memory held is reported\n");
 }

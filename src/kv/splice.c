@@ -37,7 +37,8 @@ int kvp_condition_needs_donor(kvp_condition c) { return c == KVP_COND_BLANK || c
 
 void kvp_splice_positions(const kvp_splice *s, uint8_t *mask) {
     memset(mask, 0, (size_t)(s->n_prompt > 0 ? s->n_prompt : 0));
-    for (int p = 0; p + 1 < s->n_prompt; p++) {
+    int end = s->n_prompt - 1 - (s->keep_recent > 0 ? s->keep_recent : 0);
+    for (int p = 0; p < end; p++) {
         int seg = s->seg ? s->seg[p] : KVP_SEG_USER;
         if (s->cond == KVP_COND_DROP_CONTENT) mask[p] = seg == KVP_SEG_USER;
         else if (s->span == KVP_SPAN_ALL_PROMPT) mask[p] = 1;

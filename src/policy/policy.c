@@ -61,8 +61,11 @@ int kvp_kv_policy_parse(const char *spec, kvp_kv_policy *out, kvp_error *err) {
             rc = parse_int(spec, kv, v, 0, 1 << 16, &p.layer_from, err);
         } else if (step_key) {
             rc = parse_int(spec, kv, v, 0, 1 << 24, &p.step, err);
+        } else if (needs_lw && !strcmp(kv, "recent")) {
+            rc = parse_int(spec, kv, v, 0, 1 << 24, &p.recent, err);
         } else if (needs_lw || p.kind == KVP_POLICY_FULL) {
-            rc = kvp_fail(err, KVP_E_INVALID, "kv policy '%s': unknown parameter '%s' (L, W)", spec, kv);
+            rc = kvp_fail(err, KVP_E_INVALID, "kv policy '%s': unknown parameter '%s' (%s)", spec, kv,
+                          needs_lw ? "L, W, recent" : "none");
         } else if (!strcmp(kv, "budget")) {
             char *end;
             double b = strtod(v, &end);
@@ -105,7 +108,9 @@ int kvp_kv_policy_format(const kvp_kv_policy *p, char *buf, size_t n) {
     else snprintf(b, sizeof b, "budget=%g", p->budget);
     switch (p->kind) {
     case KVP_POLICY_SCAFFOLD:
-    case KVP_POLICY_DROP_CONTENT: return snprintf(buf, n, "%s:L=%d,W=%d", NAMES[p->kind], p->layer_from, p->step);
+    case KVP_POLICY_DROP_CONTENT:
+        if (p->recent > 0) return snprintf(buf, n, "%s:L=%d,W=%d,recent=%d", NAMES[p->kind], p->layer_from, p->step, p->recent);
+        return snprintf(buf, n, "%s:L=%d,W=%d", NAMES[p->kind], p->layer_from, p->step);
     case KVP_POLICY_STREAMING: return snprintf(buf, n, "streaming:%s,sinks=%d", b, p->sinks);
     case KVP_POLICY_H2O:
         if (p->recent >= 0) return snprintf(buf, n, "h2o:%s,recent=%d", b, p->recent);
@@ -247,16 +252,18 @@ int kvp_policy_step(kvp_policy_run *r, int generated, kvp_error *err) {
         (p->kind != KVP_POLICY_SCAFFOLD && p->kind != KVP_POLICY_DROP_CONTENT))
         return KVP_OK;
     int n_layer = kvp_kv_n_layer(r->kv), n = r->prompt->n - 1, L = p->layer_from;
+    int recent = p->recent > 0 ? p->recent : 0, edited = n - recent; /* span positions [0, edited) */
     r->applied = 1;
-    if (L >= n_layer || n <= 0) return KVP_OK;
+    if (L >= n_layer || edited <= 0) return KVP_OK;
     if (p->kind == KVP_POLICY_DROP_CONTENT) {
         kvp_splice s = {.cond = KVP_COND_DROP_CONTENT, .layer_from = L, .span = KVP_SPAN_ALL_PROMPT,
-                        .n_prompt = r->prompt->n, .seg = r->prompt->seg};
+                        .n_prompt = r->prompt->n, .seg = r->prompt->seg, .keep_recent = recent};
         return kvp_splice_apply(r->kv, &s, err);
     }
     if (!r->scaffold) return kvp_fail(err, KVP_E_INVALID, "kv policy scaffold: no scaffold cache given");
     const kvp_kv *donor = kvp_scaffold_donor(r->scaffold, r->prompt, err);
     if (!donor) return err->code;
-    /* the BLANK splice of the sweep (span all-prompt), the donor's pages shared, not copied */
-    return kvp_kv_share_range(r->kv, donor, L, n_layer, 0, n, err);
+    /* the BLANK splice of the sweep (span all-prompt, less the recent window), the donor's
+     * pages shared, not copied */
+    return kvp_kv_share_range(r->kv, donor, L, n_layer, 0, edited, err);
 }

@@ -91,13 +91,14 @@ int sweep_setup(run_ctx *r) {
     for (int c = 0; c < r->n_conds; c++) cells_per_w += r->conds[c] != KVP_COND_CLEAN ? r->n_layers : 0;
     for (int i = 0; i < o->n_policies; i++) {
         const kvp_kv_policy *p = &o->policies[i];
-        if (!kvp_kv_policy_is_prefill(p))
+        if (p->kind == KVP_POLICY_FULL || (sweep_policy_edits(p) && p->recent <= 0))
             return kvp_fail(err, KVP_E_INVALID,
-                            "--kv-policy %s: in a sweep, scaffold:L,W and drop-content:L,W are the cells of --conditions "
-                            "blank / drop-content at (L, W), the same K/V bit for bit; --kv-policy takes streaming, h2o "
-                            "and snapkv", kvp_policy_name(p->kind));
+                            "--kv-policy %s: in a sweep, full is the clean cell and scaffold:L,W / drop-content:L,W are the "
+                            "cells of --conditions blank / drop-content at (L, W), the same K/V bit for bit; --kv-policy "
+                            "takes streaming, h2o, snapkv, and scaffold / drop-content with a recent window (recent=N)",
+                            kvp_policy_name(p->kind));
         if (sweep_is_loglik(o->readout))
-            return kvp_fail(err, KVP_E_INVALID, "--kv-policy: not with the loglik read-outs (the policies act at prefill)");
+            return kvp_fail(err, KVP_E_INVALID, "--kv-policy: not with the loglik read-outs (the policies are cells of their own)");
         kvp_kv_policy_format(p, r->policy_name[i], sizeof r->policy_name[i]);
         for (int j = 0; j < i; j++)
             if (!strcmp(r->policy_name[i], r->policy_name[j]))

@@ -40,12 +40,15 @@ static series *series_for(series *s, int *n, const char *name) {
     return x;
 }
 
-/* The family a cell belongs to ("" if none): a peer's name before ':', or blank / drop-content
- * at the chosen steps. */
+/* The family a cell belongs to ("" if none): a peer's name before ':', a scaffold /
+ * drop-content policy with a recent window by its window and W, or blank / drop-content at the
+ * chosen steps. */
 static void family(const agg *a, int w_late, char *out, size_t cap) {
-    const char *colon = strchr(a->cond, ':');
+    const char *colon = strchr(a->cond, ':'), *recent = strstr(a->cond, "recent=");
+    int edit = colon && (!strncmp(a->cond, "scaffold:", 9) || !strncmp(a->cond, "drop-content:", 13));
     out[0] = 0;
-    if (colon) snprintf(out, cap, "%.*s", (int)(colon - a->cond), a->cond);
+    if (edit && recent) snprintf(out, cap, "%.*s+recent=%d W=%d", (int)(colon - a->cond), a->cond, atoi(recent + 7), a->W);
+    else if (colon) snprintf(out, cap, "%.*s", (int)(colon - a->cond), a->cond);
     else if ((!strcmp(a->cond, "blank") || !strcmp(a->cond, "drop-content")) && (a->W == 0 || a->W == w_late))
         snprintf(out, cap, "%s W=%d", !strcmp(a->cond, "blank") ? "scaffold" : "drop-content", a->W);
 }

@@ -69,7 +69,9 @@ static int cell_pending(run_ctx *r, const kvp_example *ex, int c, int l, int W) 
 
 /* Policy i's cell has no record yet (it joins the first W group's wave). */
 static int policy_pending(run_ctx *r, const kvp_example *ex, int i, int w) {
-    return w == 0 && !sweep_is_done(r, ex->id, r->policy_name[i], 0, 0);
+    int L, W;
+    sweep_policy_cell_at(r, i, &L, &W);
+    return w == 0 && !sweep_is_done(r, ex->id, r->policy_name[i], L, W);
 }
 
 /* The next wave of the example's cells: the W groups from f->w on that fit in budget bytes of
@@ -93,9 +95,21 @@ static int next_wave(run_ctx *r, flight *f, size_t budget) {
         if (f->n_cells && wave_bytes + (size_t)group * fork_bytes > budget) break;
         for (int i = 0; i < r->n_policies && !rc; i++) {
             if (!policy_pending(r, ex, i, w)) continue;
+            const kvp_kv_policy *p = &r->o->policies[i];
+            if (sweep_policy_edits(p) && p->step >= s->clean_steps) { /* as an edited cell past the clean run */
+                outcome o = sweep_clean_outcome(r, s, r->policy_name[i], p->layer_from, p->step);
+                rc = sweep_write_record(r, ex, &o);
+                continue;
+            }
             cell *ce = &f->cells[f->n_cells++];
-            rc = sweep_policy_cell(r, s, ex, i, ce);
-            ce->t0 = tw;
+            if (sweep_policy_edits(p)) {
+                kvp_splice sp = sweep_policy_splice(r, s, i);
+                rc = fork_cell(r, f, &sp, p->layer_from, p->step, tw, ce);
+                ce->policy = i;
+            } else {
+                rc = sweep_policy_cell(r, s, ex, i, ce);
+                ce->t0 = tw;
+            }
             wave_bytes += fork_bytes;
         }
         for (int c = 0; c < r->n_conds && !rc; c++) {

@@ -51,7 +51,11 @@ int sweep_has_work(const run_ctx *r, int ei) {
             for (int l = 0; l < r->n_layers; l++)
                 if (r->conds[c] != KVP_COND_CLEAN)
                     todo |= !sweep_is_done(r, id, kvp_condition_name(r->conds[c]), r->layers[l], r->steps[w]);
-    for (int i = 0; i < r->n_policies; i++) todo |= !sweep_is_done(r, id, r->policy_name[i], 0, 0);
+    for (int i = 0; i < r->n_policies; i++) {
+        int L, W;
+        sweep_policy_cell_at(r, i, &L, &W);
+        todo |= !sweep_is_done(r, id, r->policy_name[i], L, W);
+    }
     return todo;
 }
 
@@ -72,6 +76,7 @@ int sweep_prepare(run_ctx *r, int ei, example_state *s) {
         need_blank |= r->conds[c] == KVP_COND_BLANK;
         need_other |= r->conds[c] == KVP_COND_OTHER;
     }
+    for (int i = 0; i < r->n_policies; i++) need_blank |= r->o->policies[i].kind == KVP_POLICY_SCAFFOLD;
     if (!(s->base = sweep_prefill(r, s->prompt.ids, n - 1, n_ctx))) return r->err->code;
     if (need_blank && (kvp_prompt_blank(r->tok, &s->prompt, r->o->filler, KVP_FILLER_SAME_LENGTH, &s->blank, NULL, r->err) ||
                        !(s->donor_blank = sweep_prefill(r, s->blank.ids, n - 1, n_ctx))))

@@ -314,3 +314,27 @@ if ! "$KVPROBE" sweep -m "$SMOL" --dataset sst2:1 --kv-policy scaffold:L=3,W=0 -
     grep -q "the cells of --conditions blank / drop-content" "$tmp/pol2.log"; then
     ok "sweep: --kv-policy scaffold points to the blank cells it equals"
 else notok "sweep: --kv-policy scaffold points to the blank cells it equals" "$tmp/pol2.log"; fi
+# scaffold / drop-content with a recent window: cells forked at their W like the grid's, the
+# window the sequence's own (a window past the span edits nothing: the clean tokens)
+RARGS="-m $SMOL --dataset sst2:2 --conditions clean,blank --layers 3 --steps 0 --max-new-tokens 6 -t 2 --quiet
+ --kv-policy scaffold:L=3,W=0,recent=4 --kv-policy drop-content:L=3,W=1,recent=4 --kv-policy scaffold:L=3,W=0,recent=100000"
+if "$KVPROBE" sweep $RARGS --out "$tmp/rec" > "$tmp/rec.log" 2>&1 && "$KVPROBE" sweep $RARGS --out "$tmp/rec" >> "$tmp/rec.log" 2>&1 &&
+    python3 - "$tmp/rec" <<'PY'
+import json, sys
+d = sys.argv[1]
+recs = [json.loads(l) for l in open(d + "/results.jsonl")]
+assert len(recs) == 10, len(recs)  # 2 examples x (clean + blank + 3 policies), the rerun resumed
+by = {(r["example_id"], r["condition"]): r for r in recs}
+for ex in {r["example_id"] for r in recs}:
+    clean, blank = by[(ex, "clean")], by[(ex, "blank")]
+    span = clean["prompt_tokens"] - 1
+    sc, dc = by[(ex, "scaffold:L=3,W=0,recent=4")], by[(ex, "drop-content:L=3,W=1,recent=4")]
+    far = by[(ex, "scaffold:L=3,W=0,recent=100000")]
+    assert (sc["L"], sc["W"], dc["L"], dc["W"]) == (3, 0, 3, 1), (sc["L"], sc["W"], dc["L"], dc["W"])
+    assert abs(sc["prompt_kv_own"] - (1 - 27 * (span - 4) / (30 * span))) < 1e-5, (sc["prompt_kv_own"], span)
+    assert abs(blank["prompt_kv_own"] - 3 / 30) < 1e-5, blank["prompt_kv_own"]
+    assert far["tokens"] == clean["tokens"] and far["prompt_kv_own"] == 1, far
+    assert dc["tokens"][:1] == clean["tokens"][:1] and 0 < dc["prompt_kv_own"] < 1, dc
+PY
+then ok "sweep: scaffold / drop-content with a recent window are cells at their (L, W), the window held, resumable"
+else notok "sweep: scaffold / drop-content with a recent window are cells at their (L, W), the window held, resumable" "$tmp/rec.log"; fi

@@ -91,6 +91,8 @@ int main(void) {
         const char *good[][2] = {{"full", "full"},
                                  {"scaffold:L=12,W=4", "scaffold:L=12,W=4"},
                                  {"drop-content:W=0,L=3", "drop-content:L=3,W=0"},
+                                 {"scaffold:L=12,W=0,recent=32", "scaffold:L=12,W=0,recent=32"},
+                                 {"drop-content:L=3,W=4,recent=0", "drop-content:L=3,W=4"},
                                  {"streaming:budget=25%", "streaming:budget=0.25,sinks=4"},
                                  {"h2o:budget=0.5,recent=8", "h2o:budget=0.5,recent=8"},
                                  {"snapkv:tokens=64,window=16,kernel=5", "snapkv:tokens=64,window=16,kernel=5"}};
@@ -102,7 +104,8 @@ int main(void) {
         const char *bad[][2] = {{"lru:budget=0.5", "unknown policy 'lru'"}, {"h2o", "needs budget"},
                                 {"scaffold:L=3", "needs L=.. and W=.."}, {"snapkv:budget=0.5,kernel=4", "odd"},
                                 {"streaming:budget=1.5", "fraction"}, {"streaming:budget=0.5,L=3", "L applies"},
-                                {"h2o:budget=0.5,window=3", "unknown parameter 'window'"}, {"full:x", "KEY=VALUE"}};
+                                {"h2o:budget=0.5,window=3", "unknown parameter 'window'"}, {"full:x", "KEY=VALUE"},
+                                {"scaffold:L=3,W=0,recent=-2", "recent must be"}, {"scaffold:L=3,W=0,sinks=4", "L, W, recent"}};
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
             CHECK(kvp_kv_policy_parse(bad[i][0], &p, &err) != 0 && strstr(err.msg, bad[i][1]), "%s: %s", bad[i][0],
                   err.msg);
@@ -174,6 +177,14 @@ int main(void) {
         kvp_kv *dc = request(tm, tc, &pr, &p, NULL, 3, &err);
         CHECK(dc && kvp_kv_holds(dc, 1, 10) && !kvp_kv_holds(dc, 2, 10) && kvp_kv_holds(dc, 2, 2) &&
                   kvp_kv_held(dc, 2, 0) == N + 2 - (N - 8), "drop-content: %s", err.msg);
+        kvp_kv_free(dc);
+        /* with a recent window of 10 (span positions 59..68): of the user content 5..66, 5..58
+         * are evicted and 59..66 stay */
+        kvp_kv_policy_parse("drop-content:L=2,W=1,recent=10", &p, &err);
+        dc = request(tm, tc, &pr, &p, NULL, 3, &err);
+        CHECK(dc && !kvp_kv_holds(dc, 2, 10) && !kvp_kv_holds(dc, 2, 58) && kvp_kv_holds(dc, 2, 59) &&
+                  kvp_kv_holds(dc, 2, 66) && kvp_kv_holds(dc, 1, 10) && kvp_kv_held(dc, 2, 0) == N + 2 - (N - 8 - 8),
+              "drop-content with recent=10: held %d (%s)", dc ? kvp_kv_held(dc, 2, 0) : -1, err.msg);
         kvp_kv_free(dc);
         kvp_kv_free(ref);
     }
@@ -258,6 +269,38 @@ int main(void) {
         CHECK(mg.bytes - mg.shared_bytes < mr.bytes * 3 / 4, "no saving");
         free(a);
         kvp_kv_free(got);
+        kvp_kv_free(ref);
+        kvp_kv_free(own);
+        kvp_prompt_free(&d);
+    }
+
+    TEST("scaffold + recent window: equals the BLANK splice that leaves the last N positions the request's own") {
+        CHECK(sc, "no scaffold cache");
+        int L = hp->n_layer / 2, W = 1, N = 5;
+        char spec[64];
+        snprintf(spec, sizeof spec, "scaffold:L=%d,W=%d,recent=%d", L, W, N);
+        CHECK(kvp_kv_policy_parse(spec, &p, &err) == 0, "%s", err.msg);
+        kvp_kv_policy full;
+        kvp_kv_policy_parse("full", &full, &err);
+        const kvp_prompt *q = &pr[1];
+        int span = q->n - 1;
+        kvp_kv *got = request(m, c, q, &p, sc, W, &err), *clean = request(m, c, q, &full, NULL, W, &err);
+        kvp_kv *ref = request(m, c, q, &full, NULL, W, &err);
+        CHECK(got && clean && ref, "%s", err.msg);
+        kvp_prompt d;
+        kvp_prompt_blank(tok, q, NULL, KVP_FILLER_SAME_LENGTH, &d, NULL, &err);
+        kvp_kv *own = kvp_kv_new(m, d.n, KVP_KV_F32, &err);
+        kvp_decode(c, own, d.ids, d.n - 1, NULL, NULL, &err);
+        kvp_splice s = {.cond = KVP_COND_BLANK, .layer_from = L, .n_prompt = q->n, .seg = q->seg, .donor = own,
+                        .keep_recent = N};
+        CHECK(kvp_splice_apply(ref, &s, &err) == 0, "%s", err.msg);
+        CHECK(same_kv(got, ref, 0, hp->n_layer, 0, kvp_kv_len(ref)), "K/V differ from the BLANK splice with keep_recent");
+        /* the window is the request's own, the rest of the upper layers the donor's */
+        CHECK(same_kv(got, clean, L, hp->n_layer, span - N, kvp_kv_len(clean)), "recent window edited");
+        CHECK(same_kv(got, own, L, hp->n_layer, 0, span - N), "span before the window not the donor's");
+        CHECK(!same_kv(got, own, L, hp->n_layer, span - N, span), "the window is the donor's");
+        kvp_kv_free(got);
+        kvp_kv_free(clean);
         kvp_kv_free(ref);
         kvp_kv_free(own);
         kvp_prompt_free(&d);

@@ -173,6 +173,16 @@ static void check_semantics(void) {
         sp.cond = KVP_COND_DROP_CONTENT;
         kvp_splice_positions(&sp, mask);
         CHECK(!mask[0] && mask[3] && mask[7] && !mask[8], "drop-content ignores --span");
+        sp.keep_recent = 5; /* positions 6..10 stay: user content 3..5 edited */
+        kvp_splice_positions(&sp, mask);
+        CHECK(mask[3] && mask[5] && !mask[6] && !mask[7], "drop-content with a recent window");
+        sp.cond = KVP_COND_ZERO;
+        kvp_splice_positions(&sp, mask);
+        CHECK(mask[0] && mask[5] && !mask[6] && !mask[10] && !mask[11], "all-prompt with a recent window");
+        sp.keep_recent = 100;
+        kvp_splice_positions(&sp, mask);
+        CHECK(!memchr(mask, 1, (size_t)n), "a window longer than the span edits nothing");
+        sp.keep_recent = 0;
         if (!c) continue;
         kvp_kv *kv = kvp_kv_new(m, 32, KVP_KV_F32, &err);
         kvp_decode(c, kv, P, 4, NULL, NULL, &err);
