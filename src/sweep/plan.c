@@ -106,10 +106,11 @@ int sweep_setup(run_ctx *r) {
     }
     r->n_policies = o->n_policies;
     r->cells_per_example = cells_per_w * r->n_steps + r->n_policies;
-    /* Cells of up to two examples decode together (schedule.c), except where the run keeps
-     * per-example read-out state (candidates) or decodes cell by cell. */
+    /* Cells of several examples decode together (schedule.c), except where the run keeps
+     * per-example read-out state (candidates) or decodes cell by cell. An example joins only
+     * while fewer than one example's cells decode, so fewer than two examples' cells ever do. */
     r->flights = o->readout == KVP_READOUT_TEXT && !o->unbatched ? KVP_SWEEP_FLIGHTS : 1;
-    int batch = r->cells_per_example * r->flights; /* all cells in flight decode together */
+    int batch = r->cells_per_example * (r->flights > 1 ? 2 : 1); /* all cells in flight decode together */
     r->prec = KVP_SWEEP_PRECISION;
     if (o->precision && kvp_precision_from_name(o->precision, &r->prec))
         return kvp_fail(err, KVP_E_INVALID, "unknown precision '%s' (q8, q8x2, f32)", o->precision);

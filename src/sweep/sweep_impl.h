@@ -22,7 +22,7 @@
 
 #define KVP_MAX_CAND 26 /* choices A..Z */
 #define KVP_LOGLIK_MAX_TOKENS 64 /* a longer continuation is scored on its first 64 tokens */
-#define KVP_SWEEP_FLIGHTS 2      /* examples in flight at most (schedule.c) */
+#define KVP_SWEEP_FLIGHTS 4      /* examples in flight at most (schedule.c) */
 
 typedef struct run_ctx {
     const kvp_sweep_opts *o;
