@@ -137,11 +137,14 @@ int kvp_sweep_run(const kvp_sweep_opts *o, kvp_error *err) {
     if (!rc) {
         r.cells_finished = r.n_done;
         r.t_start = r.t_last_progress = sweep_now_s();
-        if (!o->quiet)
-            fprintf(stderr, "[sweep] %s on %s: %d examples, %d conditions, %d layer cutoffs, %d steps; %ld of %ld cells done\n",
-                    o->model_path, r.ds.name, r.ds.n, r.n_conds, r.n_layers, r.n_steps, r.cells_finished, r.cells_total);
         int cells = 0, group = kvp_ctx_max_batch(r.ctx) < KVP_CLEAN_GROUP ? kvp_ctx_max_batch(r.ctx) : KVP_CLEAN_GROUP;
         for (int c = 0; c < r.n_conds; c++) cells += r.conds[c] != KVP_COND_CLEAN;
+        if (!o->quiet) {
+            char grid[96] = "clean only";
+            if (cells) snprintf(grid, sizeof grid, "%d edited conditions x %d layer cutoffs x %d steps", cells, r.n_layers, r.n_steps);
+            fprintf(stderr, "[sweep] %s on %s: %d examples, %s, %d policy cells; %ld of %ld cells done\n", o->model_path,
+                    r.ds.name, r.ds.n, grid, r.n_policies, r.cells_finished, r.cells_total);
+        }
         cells += r.n_policies;
         if (cells || o->unbatched || sweep_is_loglik(o->readout)) group = 1;
         if (group == 1) rc = sweep_run_examples(&r);
