@@ -45,8 +45,12 @@ R05="--layers 0,3,6,12,18"        # 24 layers
 RECENT05=""
 for L in 12 18 21; do for N in 16 32; do RECENT05="$RECENT05 --kv-policy scaffold:L=$L,W=0,recent=$N"; done; done
 RECENT05="$RECENT05 --kv-policy drop-content:L=12,W=0,recent=32 --kv-policy drop-content:L=18,W=0,recent=32"
+# and on HumanEval, where the scaffold policy holds at L = 18 and collapses from L = 12 at W = 0
+RECENT05H=""
+for L in 6 12 18; do for N in 16 32; do RECENT05H="$RECENT05H --kv-policy scaffold:L=$L,W=0,recent=$N"; done; done
+RECENT05H="$RECENT05H --kv-policy drop-content:L=6,W=0,recent=32 --kv-policy drop-content:L=12,W=0,recent=32"
 
-runs="base05-humaneval base05-mbpp base05-gsm8k base15-humaneval base15-mbpp base15-gsm8k smollm2-mbpp qwen05-gsm8k recent05-gsm8k race05-humaneval qwen15-humaneval qwen15-mbpp race15-gsm8k"
+runs="base05-humaneval base05-mbpp base05-gsm8k base15-humaneval base15-mbpp base15-gsm8k smollm2-mbpp qwen05-gsm8k recent05-gsm8k race05-humaneval recent05-humaneval qwen15-humaneval qwen15-mbpp race15-gsm8k"
 
 cmd() {
     case $1 in
@@ -62,6 +66,7 @@ cmd() {
     qwen05-gsm8k) echo "-m $Q05 --dataset gsm8k:100 $GRID $L05 $PEERS --out runs/qwen05-gsm8k" ;;
     qwen15-mbpp) echo "-m $Q15 --dataset mbpp:100 $GRID $L15 $PEERS --out runs/qwen15-mbpp" ;;
     recent05-gsm8k) echo "-m $Q05 --dataset gsm8k:100 --conditions clean $RECENT05 --out runs/recent05-gsm8k" ;;
+    recent05-humaneval) echo "-m $Q05 --dataset humaneval --conditions clean $RECENT05H --out runs/recent05-humaneval" ;;
     race05-humaneval) echo "-m $Q05 --dataset humaneval $RACE $R05 $PEERS --out runs/race05-humaneval" ;;
     race15-gsm8k) echo "-m $Q15 --dataset gsm8k:100 $RACE $R15 $PEERS --out runs/race15-gsm8k" ;;
     *) echo "unknown run '$1' (sh $0 --list)" >&2; return 1 ;;
