@@ -36,6 +36,7 @@
 #include "kvprobe/error.h"
 #include "kvprobe/kv.h"
 #include "kvprobe/model.h"
+#include "kvprobe/splice.h"
 #include "kvprobe/tokenizer.h"
 
 #ifdef __cplusplus
@@ -72,6 +73,11 @@ int kvp_kv_policy_format(const kvp_kv_policy *p, char *buf, size_t n);
 /* Positions a prefill policy keeps of a prompt span of n positions (n for the others). */
 int kvp_kv_policy_kept(const kvp_kv_policy *p, int n);
 int kvp_kv_policy_is_prefill(const kvp_kv_policy *p); /* streaming, h2o, snapkv */
+int kvp_kv_policy_is_edit(const kvp_kv_policy *p);    /* scaffold, drop-content: an edit at step W */
+/* The splice an edit policy makes to a request's cache of prompt pr once W tokens are
+ * generated: span all-prompt less the recent window; scaffold = BLANK from donor (the shared
+ * scaffold cache gives the same K/V, pages shared), drop-content = its user content evicted. */
+kvp_splice kvp_kv_policy_splice(const kvp_kv_policy *p, const kvp_prompt *pr, const kvp_kv *donor);
 
 /* ---- kept sets: keep[i] = 1 for the i (of n) positions kept; return the count ------------- */
 int kvp_keep_streaming(int n, int budget, int sinks, uint8_t *keep);

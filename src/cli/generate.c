@@ -111,7 +111,7 @@ static int parse_opts(int argc, char **argv, gen_opts *o) {
         fprintf(stderr, "kvprobe generate: --chat needs -p TEXT\n");
         return -1;
     }
-    if (o->kv_policy && (o->policy.kind == KVP_POLICY_SCAFFOLD || o->policy.kind == KVP_POLICY_DROP_CONTENT) &&
+    if (o->kv_policy && kvp_kv_policy_is_edit(&o->policy) &&
         !o->chat.on) {
         fprintf(stderr, "kvprobe generate: --kv-policy %s needs --chat (it edits by segment: scaffold / user content)\n",
                 kvp_policy_name(o->policy.kind));

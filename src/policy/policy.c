@@ -18,6 +18,17 @@ int kvp_kv_policy_is_prefill(const kvp_kv_policy *p) {
     return p->kind == KVP_POLICY_STREAMING || p->kind == KVP_POLICY_H2O || p->kind == KVP_POLICY_SNAPKV;
 }
 
+int kvp_kv_policy_is_edit(const kvp_kv_policy *p) {
+    return p->kind == KVP_POLICY_SCAFFOLD || p->kind == KVP_POLICY_DROP_CONTENT;
+}
+
+kvp_splice kvp_kv_policy_splice(const kvp_kv_policy *p, const kvp_prompt *pr, const kvp_kv *donor) {
+    int scaffold = p->kind == KVP_POLICY_SCAFFOLD;
+    return (kvp_splice){.cond = scaffold ? KVP_COND_BLANK : KVP_COND_DROP_CONTENT, .layer_from = p->layer_from,
+                        .span = KVP_SPAN_ALL_PROMPT, .n_prompt = pr->n, .seg = pr->seg, .donor = scaffold ? donor : NULL,
+                        .keep_recent = p->recent > 0 ? p->recent : 0};
+}
+
 /* ---- the spec ------------------------------------------------------------------------------- */
 
 static int parse_int(const char *spec, const char *key, const char *v, int lo, int hi, int *out, kvp_error *err) {
@@ -54,7 +65,7 @@ int kvp_kv_policy_parse(const char *spec, kvp_kv_policy *out, kvp_error *err) {
         if (!v || !v[1]) return kvp_fail(err, KVP_E_INVALID, "kv policy '%s': '%s' is not KEY=VALUE", spec, kv);
         *v++ = 0;
         int rc = 0, layer_key = !strcmp(kv, "L"), step_key = !strcmp(kv, "W");
-        int needs_lw = p.kind == KVP_POLICY_SCAFFOLD || p.kind == KVP_POLICY_DROP_CONTENT;
+        int needs_lw = kvp_kv_policy_is_edit(&p);
         if ((layer_key || step_key) && !needs_lw) {
             rc = kvp_fail(err, KVP_E_INVALID, "kv policy '%s': %s applies to scaffold and drop-content only", spec, kv);
         } else if (layer_key) {
@@ -93,7 +104,7 @@ int kvp_kv_policy_parse(const char *spec, kvp_kv_policy *out, kvp_error *err) {
         }
         if (rc) return rc;
     }
-    if ((p.kind == KVP_POLICY_SCAFFOLD || p.kind == KVP_POLICY_DROP_CONTENT) && (p.layer_from < 0 || p.step < 0))
+    if (kvp_kv_policy_is_edit(&p) && (p.layer_from < 0 || p.step < 0))
         return kvp_fail(err, KVP_E_INVALID, "kv policy '%s': %s needs L=.. and W=..", spec, NAMES[k]);
     if (kvp_kv_policy_is_prefill(&p) && !has_budget)
         return kvp_fail(err, KVP_E_INVALID, "kv policy '%s': %s needs budget=.. (fraction kept) or tokens=..", spec,
@@ -248,18 +259,13 @@ int kvp_policy_prefill(kvp_policy_run *r, kvp_error *err) {
 
 int kvp_policy_step(kvp_policy_run *r, int generated, kvp_error *err) {
     const kvp_kv_policy *p = r->policy;
-    if (r->applied || generated != p->step ||
-        (p->kind != KVP_POLICY_SCAFFOLD && p->kind != KVP_POLICY_DROP_CONTENT))
-        return KVP_OK;
-    int n_layer = kvp_kv_n_layer(r->kv), n = r->prompt->n - 1, L = p->layer_from;
-    int recent = p->recent > 0 ? p->recent : 0, edited = n - recent; /* span positions [0, edited) */
+    if (r->applied || generated != p->step || !kvp_kv_policy_is_edit(p)) return KVP_OK;
+    kvp_splice s = kvp_kv_policy_splice(p, r->prompt, NULL);
+    int n_layer = kvp_kv_n_layer(r->kv), L = p->layer_from;
+    int edited = r->prompt->n - 1 - s.keep_recent; /* span positions [0, edited) */
     r->applied = 1;
     if (L >= n_layer || edited <= 0) return KVP_OK;
-    if (p->kind == KVP_POLICY_DROP_CONTENT) {
-        kvp_splice s = {.cond = KVP_COND_DROP_CONTENT, .layer_from = L, .span = KVP_SPAN_ALL_PROMPT,
-                        .n_prompt = r->prompt->n, .seg = r->prompt->seg, .keep_recent = recent};
-        return kvp_splice_apply(r->kv, &s, err);
-    }
+    if (p->kind == KVP_POLICY_DROP_CONTENT) return kvp_splice_apply(r->kv, &s, err);
     if (!r->scaffold) return kvp_fail(err, KVP_E_INVALID, "kv policy scaffold: no scaffold cache given");
     const kvp_kv *donor = kvp_scaffold_donor(r->scaffold, r->prompt, err);
     if (!donor) return err->code;

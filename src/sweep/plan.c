@@ -91,7 +91,7 @@ int sweep_setup(run_ctx *r) {
     for (int c = 0; c < r->n_conds; c++) cells_per_w += r->conds[c] != KVP_COND_CLEAN ? r->n_layers : 0;
     for (int i = 0; i < o->n_policies; i++) {
         const kvp_kv_policy *p = &o->policies[i];
-        if (p->kind == KVP_POLICY_FULL || (sweep_policy_edits(p) && p->recent <= 0))
+        if (p->kind == KVP_POLICY_FULL || (kvp_kv_policy_is_edit(p) && p->recent <= 0))
             return kvp_fail(err, KVP_E_INVALID,
                             "--kv-policy %s: in a sweep, full is the clean cell and scaffold:L,W / drop-content:L,W are the "
                             "cells of --conditions blank / drop-content at (L, W), the same K/V bit for bit; --kv-policy "

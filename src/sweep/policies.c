@@ -4,22 +4,10 @@
  * spliced as the policy edits a request (schedule.c forks them like the grid's cells). */
 #include "sweep_impl.h"
 
-int sweep_policy_edits(const kvp_kv_policy *p) {
-    return p->kind == KVP_POLICY_SCAFFOLD || p->kind == KVP_POLICY_DROP_CONTENT;
-}
-
 void sweep_policy_cell_at(const run_ctx *r, int i, int *L, int *W) {
     const kvp_kv_policy *p = &r->o->policies[i];
-    *L = sweep_policy_edits(p) ? p->layer_from : 0;
-    *W = sweep_policy_edits(p) ? p->step : 0;
-}
-
-kvp_splice sweep_policy_splice(const run_ctx *r, const example_state *s, int i) {
-    const kvp_kv_policy *p = &r->o->policies[i];
-    int scaffold = p->kind == KVP_POLICY_SCAFFOLD;
-    return (kvp_splice){.cond = scaffold ? KVP_COND_BLANK : KVP_COND_DROP_CONTENT, .layer_from = p->layer_from,
-                        .span = KVP_SPAN_ALL_PROMPT, .n_prompt = s->prompt.n, .seg = s->prompt.seg,
-                        .donor = scaffold ? s->donor_blank : NULL, .keep_recent = p->recent > 0 ? p->recent : 0};
+    *L = kvp_kv_policy_is_edit(p) ? p->layer_from : 0;
+    *W = kvp_kv_policy_is_edit(p) ? p->step : 0;
 }
 
 int sweep_policy_cell(run_ctx *r, const example_state *s, const kvp_example *ex, int i, cell *ce) {

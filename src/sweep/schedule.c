@@ -98,14 +98,14 @@ static int next_wave(run_ctx *r, flight *f, size_t budget) {
         for (int i = 0; i < r->n_policies && !rc; i++) {
             if (!policy_pending(r, ex, i, w)) continue;
             const kvp_kv_policy *p = &r->o->policies[i];
-            if (sweep_policy_edits(p) && p->step >= s->clean_steps) { /* as an edited cell past the clean run */
+            if (kvp_kv_policy_is_edit(p) && p->step >= s->clean_steps) { /* as an edited cell past the clean run */
                 outcome o = sweep_clean_outcome(r, s, r->policy_name[i], p->layer_from, p->step);
                 rc = sweep_write_record(r, ex, &o);
                 continue;
             }
             cell *ce = &f->cells[f->n_cells++];
-            if (sweep_policy_edits(p)) {
-                kvp_splice sp = sweep_policy_splice(r, s, i);
+            if (kvp_kv_policy_is_edit(p)) { /* the clean run's fork, spliced from the example's own donor */
+                kvp_splice sp = kvp_kv_policy_splice(p, &s->prompt, s->donor_blank);
                 rc = fork_cell(r, f, &sp, p->layer_from, p->step, tw, ce);
                 ce->policy = i;
             } else {

@@ -146,14 +146,9 @@ typedef struct example_state {
 double sweep_prompt_kv_own(const kvp_kv *kv, const kvp_splice *sp, int n_prompt);
 /* A prefill policy's cell (streaming, h2o, snapkv): the prompt prefilled and compressed. */
 int sweep_policy_cell(run_ctx *r, const example_state *s, const kvp_example *ex, int i, cell *ce);
-/* scaffold / drop-content: an edit once W tokens are generated (in a sweep, with a recent
- * window; without, they are the blank / drop-content cells). */
-int sweep_policy_edits(const kvp_kv_policy *p);
-/* The (L, W) of policy i's records: the edit's, or (0, 0) for a prefill policy. */
+/* The (L, W) of policy i's records: an edit policy's (in a sweep, scaffold / drop-content come
+ * with a recent window; without, they are the blank / drop-content cells), or (0, 0). */
 void sweep_policy_cell_at(const run_ctx *r, int i, int *L, int *W);
-/* The splice an edit policy makes to the clean run's fork at its W (the sweep's cells: blank
- * from the example's donor, as the shared scaffold cache gives bit for bit). */
-kvp_splice sweep_policy_splice(const run_ctx *r, const example_state *s, int i);
 
 /* plan.c */
 int sweep_setup(run_ctx *r);
