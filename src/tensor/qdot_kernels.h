@@ -59,11 +59,17 @@
 #define QB 32 /* activation block */
 /* Single-activation products stream the weights from memory once: the hardware prefetcher
  * alone leaves the kernel at ~60% of the read bandwidth on big matrices, so each row is also
- * fetched this far ahead (measured: 6.3 -> 10.2 GB/s on a 178 MB Q8_0 LM head, Intel, at 16 KB).
- * 4 KB: on AMD Zen 4, weights in huge pages, qdot-bench -b 1 on the 1.5B model read 26.0-27.0
- * GMAC/s from 1 to 8 KB ahead and 23.4 at 16 KB (performance.md). */
+ * fetched this far ahead (measured: 6.3 -> 10.2 GB/s on a 178 MB Q8_0 LM head, Intel, at 16 KB
+ * into L1). Decode (qdot_decode) fetches into L2, 32 KB ahead: an L1 fetch holds one of the
+ * core's few L1 miss buffers for the whole trip from memory, so only a few KB can be in flight;
+ * into L2 the distance can cover the latency. AMD Zen 4, qdot-bench -b 1 on the 1.5B model,
+ * medians of 5: 25.4 GMAC/s (L1, 4 KB) -> 33.6 (L2, 16 KB), 34.3 (L2, 32 KB); L1 at 1-8 KB
+ * all read 24-25 (performance.md). The batch tiles (compute-bound) keep PF_DIST into L1. */
 #ifndef PF_DIST /* -DPF_DIST=N to measure another */
 #define PF_DIST 4096
+#endif
+#ifndef PF_DECODE_DIST
+#define PF_DECODE_DIST 32768
 #endif
 
 static inline float f16_at(const uint8_t *p) {
@@ -959,14 +965,17 @@ INLINE void row_chunk_lb(int t, int lo, const uint8_t *row, size_t sb_bytes, int
     }
 }
 
-/* Rows [r0, r1) against a->nb <= SRN activations. */
-INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1,
+/* Rows [r0, r1) against a->nb <= SRN activations. one_act: a->nb is 1, as a compile-time
+ * constant: the per-activation loops vanish and their pointers stay in registers (GCC kept
+ * them in vector registers, moved back per use: +29% on a cache-resident Q4_K tensor, AMD). */
+INLINE void qdot_decode(int t, int lo, int one_act, const uint8_t *w, size_t rb, int64_t n, int64_t r0, int64_t r1,
                         const kvp_qact *a, float *const *out) {
     const int64_t nblk = n / QB, nchunk = (nblk + DC - 1) / DC, padded = nchunk * DC;
-    const int rn = a->nb;
+    const int rn = one_act ? 1 : a->nb;
     /* exact for both: a 32-block type's row is nblk equal blocks, a K-quant row whole super-blocks
-     * of DC blocks (Q6_K: 210 bytes, not a multiple of DC) */
-    const size_t chunk_bytes = rb * DC / (size_t)nblk;
+     * of DC blocks (Q6_K: 210 bytes, not a multiple of DC); a constant where the type says it
+     * (the prefetch loop below unrolls) */
+    const size_t chunk_bytes = t == KVP_TYPE_Q4_K_LB ? KQ4_LB_BYTES : t == KVP_TYPE_Q6_K_LB ? 210 : rb * DC / (size_t)nblk;
     /* per activation: dx, sf[2], corr[2] over the padded blocks (and q, lo regrouped for lane =
      * block weights); then t [rn][DBAND][DR] */
     size_t act_bytes = (size_t)padded * (5 * sizeof(float) + (is_lb(t) ? 2 * QB : 0)),
@@ -1004,8 +1013,8 @@ INLINE void qdot_decode(int t, int lo, const uint8_t *w, size_t rb, int64_t n, i
                 }
                 const uint8_t *row = w + (size_t)(r + i) * rb;
                 for (int64_t c = c0; c < c1; c++) {
-                    const uint8_t *pf = row + (size_t)c * chunk_bytes + PF_DIST;
-                    for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+                    const uint8_t *pf = row + (size_t)c * chunk_bytes + PF_DECODE_DIST;
+                    for (size_t o = 0; o < chunk_bytes; o += 64) _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
                     int nc = chunk_blocks(nblk, c);
                     if (is_lb(t)) row_chunk_lb(t, lo, row, chunk_bytes, c * DC, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
                     else if (nc == DC) row_chunk(t, lo, row, c * DC, DC, a, rn, da, &tb[(size_t)(c - c0) * DR + i], tstride);
@@ -1521,10 +1530,12 @@ INLINE void qdot_amx(int t, int lo, const uint8_t *w, size_t rb, int64_t n, int6
             else QDOT_GEMM(T, 0);                                                                                      \
         } else if (a->lo) { /* wide batches without a wbuf (no memory): qdot_small reads the rows */                \
             if (wb || a->nb > SRN) qdot_small(T, 1, w, row_bytes, n, r0, r1, a, wb, out);                              \
-            else qdot_decode(T, 1, w, row_bytes, n, r0, r1, a, out);                                                   \
+            else if (a->nb == 1) qdot_decode(T, 1, 1, w, row_bytes, n, r0, r1, a, out);                                   \
+            else qdot_decode(T, 1, 0, w, row_bytes, n, r0, r1, a, out);                                                   \
         } else {                                                                                                       \
             if (wb || a->nb > SRN) qdot_small(T, 0, w, row_bytes, n, r0, r1, a, wb, out);                              \
-            else qdot_decode(T, 0, w, row_bytes, n, r0, r1, a, out);                                                   \
+            else if (a->nb == 1) qdot_decode(T, 0, 1, w, row_bytes, n, r0, r1, a, out);                                   \
+            else qdot_decode(T, 0, 0, w, row_bytes, n, r0, r1, a, out);                                                   \
         }                                                                                                              \
     }
 #define QDOT_CALL(T, S)                                                                                                \
