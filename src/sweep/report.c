@@ -57,6 +57,8 @@ typedef struct report {
     strmap ids;        /* example id -> index */
     char **id_keys;
     int n_ids, cap_ids;
+    int *cells_of;     /* records per example (by id index) */
+    int full, n_complete; /* the most records any example has; examples that have that many */
     char dataset[128], model_sha[65], activations[16];
     int Ls[256], n_L, Ws[256], n_W;
     char conds[MAX_CONDS][COND_NAME];
@@ -103,9 +105,48 @@ static int cmp_agg(const void *a, const void *b, void *ctx) {
     return x->L - y->L;
 }
 
+/* The index of example id k, added if new. */
+static int example_index(report *r, const char *k) {
+    int ex = strmap_get(&r->ids, k, strlen(k));
+    if (ex >= 0) return ex;
+    if (r->n_ids == r->cap_ids) {
+        r->cap_ids = r->cap_ids ? 2 * r->cap_ids : 256;
+        r->id_keys = realloc(r->id_keys, (size_t)r->cap_ids * sizeof *r->id_keys);
+        r->cells_of = realloc(r->cells_of, (size_t)r->cap_ids * sizeof *r->cells_of);
+    }
+    char *key = strdup(k);
+    r->cells_of[ex = r->n_ids++] = 0;
+    r->id_keys[ex] = key;
+    strmap_put(&r->ids, key, strlen(key), ex);
+    return ex;
+}
+
+/* A run still going (or cut short) has examples with only some of their cells: those are left
+ * out, so that every cell is counted over the same examples and the tables compare like with
+ * like. Every example of a finished run has all its cells, and nothing is left out. */
+static void count_cells(report *r, FILE *f) {
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "example_id");
+        if (cJSON_IsString(id)) {
+            int ex = example_index(r, id->valuestring); /* (may move cells_of) */
+            r->cells_of[ex]++;
+        }
+        cJSON_Delete(j);
+    }
+    free(line);
+    for (int i = 0; i < r->n_ids; i++)
+        if (r->cells_of[i] > r->full) r->full = r->cells_of[i];
+    for (int i = 0; i < r->n_ids; i++) r->n_complete += r->cells_of[i] == r->full;
+    rewind(f);
+}
+
 static int load(report *r, const char *path, kvp_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return kvp_fail(err, KVP_E_IO, "%s: cannot open", path);
+    count_cells(r, f);
     char *line = NULL;
     size_t cap = 0;
     int lineno = 0;
@@ -122,6 +163,11 @@ static int load(report *r, const char *path, kvp_error *err) {
             free(line);
             fclose(f);
             return kvp_fail(err, KVP_E_FORMAT, "%s:%d: not a kvprobe record", path, lineno);
+        }
+        int ex = example_index(r, id->valuestring);
+        if (r->cells_of[ex] < r->full) { /* an example still in progress */
+            cJSON_Delete(j);
+            continue;
         }
         const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activations"), *ec = cJSON_GetObjectItemCaseSensitive(j, "error_class"),
                     *lp = cJSON_GetObjectItemCaseSensitive(j, "looped"), *sr = cJSON_GetObjectItemCaseSensitive(j, "stop_reason");
@@ -143,16 +189,6 @@ static int load(report *r, const char *path, kvp_error *err) {
             if (!known && r->n_conds < MAX_CONDS) snprintf(r->conds[r->n_conds++], COND_NAME, "%s", c->valuestring);
         } else {
             r->clean_L = L->valueint;
-        }
-        int ex = strmap_get(&r->ids, id->valuestring, strlen(id->valuestring));
-        if (ex < 0) {
-            if (r->n_ids == r->cap_ids) {
-                r->cap_ids = r->cap_ids ? 2 * r->cap_ids : 256;
-                r->id_keys = realloc(r->id_keys, (size_t)r->cap_ids * sizeof *r->id_keys);
-            }
-            char *k = strdup(id->valuestring);
-            r->id_keys[ex = r->n_ids++] = k;
-            strmap_put(&r->ids, k, strlen(k), ex);
         }
         if (r->n_c == r->cap_c) {
             r->cap_c = r->cap_c ? 2 * r->cap_c : 1024;
@@ -465,6 +501,10 @@ int kvp_sweep_report(const char *dir, kvp_error *err) {
     sb_printf(&html, "<h1>KV splice sweep: %s</h1>\n<p>Model sha256 <code>%s</code>. Clean accuracy <b>%.1f%%</b> "
                      "(n=%d, 95%% CI %.1f–%.1f%%). Numeric path: <b>%s</b> activations.</p>\n",
               r.dataset, r.model_sha, 100 * ca, nc, 100 * clo, 100 * chi, r.activations[0] ? r.activations : "q8");
+    if (r.n_complete < r.n_ids)
+        sb_printf(&html, "<p><b>Partial run:</b> %d of the %d examples with records have all %d of their cells; "
+                         "every table and figure counts those %d (the rest are still decoding or were cut short).</p>\n",
+                  r.n_complete, r.n_ids, r.full, r.n_complete);
     char name[64];
     /* ZERO and BLANK side by side first (the study's Figure 6), then the other conditions */
     int zb[2] = {cond_index(&r, "zero"), cond_index(&r, "blank")}, side = zb[0] >= 0 && zb[1] >= 0;
@@ -555,6 +595,7 @@ out:
     free(fcsv.p);
     for (int i = 0; i < r.n_ids; i++) free(r.id_keys[i]);
     free(r.id_keys);
+    free(r.cells_of);
     free(r.c);
     strmap_free(&r.ids);
     for (int i = 0; i < r.n_s; i++) free(r.s[i].id), free(r.s[i].cond), free(r.s[i].text);

@@ -279,6 +279,31 @@ PY
 then ok "report: paired BLANK vs ZERO (McNemar), failure classes, numeric path, ZERO | BLANK heatmaps"
 else notok "report: paired BLANK vs ZERO (McNemar), failure classes, numeric path, ZERO | BLANK heatmaps" "$tmp/rep.log"; fi
 
+# A run still going: an example with only some of its cells is left out of every table (each
+# cell counted over the same examples), and the report says so; a finished run is untouched.
+mkdir -p "$tmp/part"
+cp "$tmp/rep/results.jsonl" "$tmp/part/results.jsonl"
+python3 - "$tmp/part/results.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "a") as f:  # e8: clean and one blank cell of five, both wrong
+    for cond, L in (("clean", 4), ("blank", 2)):
+        f.write(json.dumps({"dataset": "synthetic", "example_id": "e8", "condition": cond, "L": L, "W": 0, "score": 0,
+                            "text": "x", "error_class": "runtime", "activations": "q8x2"}) + "\n")
+PY
+if "$KVPROBE" report "$tmp/part" > "$tmp/part.log" 2>&1 && python3 - "$tmp/part" "$tmp/rep" <<'PY'
+import sys
+part, full = sys.argv[1], sys.argv[2]
+s = open(part + "/summary.csv").read()
+assert s == open(full + "/summary.csv").read(), s  # the 8 complete examples, as without e8
+for f in ("paired.csv", "failures.csv"):
+    assert open(part + "/" + f).read() == open(full + "/" + f).read(), f
+html = open(part + "/report.html").read()
+assert "Partial run:</b> 8 of the 9 examples with records have all 5 of their cells" in html, html[:2000]
+assert "Partial run" not in open(full + "/report.html").read()
+PY
+then ok "report: a partial run counts only the examples with every cell, and says so"
+else notok "report: a partial run counts only the examples with every cell, and says so" "$tmp/part.log"; fi
+
 # --kv-policy: prefill policies as cells (L = 0, W = 0) that hold their budget and say so
 PARGS="-m $SMOL --dataset sst2:2 --conditions clean --kv-policy streaming:budget=0.5 --kv-policy h2o:tokens=8 --max-new-tokens 6 -t 2 --quiet"
 if "$KVPROBE" sweep $PARGS --out "$tmp/pol" > "$tmp/pol.log" 2>&1 && "$KVPROBE" sweep $PARGS --out "$tmp/pol" >> "$tmp/pol.log" 2>&1 &&
