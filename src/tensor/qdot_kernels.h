@@ -188,6 +188,8 @@ static inline int base_type(int t) {
     return t == KVP_TYPE_Q4_K_LB ? KVP_TYPE_Q4_K : t == KVP_TYPE_Q6_K_LB ? KVP_TYPE_Q6_K : t;
 }
 static inline int is_lb(int t) { return t >= KVP_TYPE_INTERNAL; }
+/* Bytes of one super-block of a lane = block type (Q6_K_LB keeps Q6_K's 210). */
+static inline size_t lb_sb_bytes(int t) { return t == KVP_TYPE_Q4_K_LB ? KQ4_LB_BYTES : 210; }
 
 /* Offset subtracted from u, per type (0: the type has mins instead). */
 static inline int type_off(int t) {
@@ -973,9 +975,9 @@ INLINE void qdot_decode(int t, int lo, int one_act, const uint8_t *w, size_t rb,
     const int64_t nblk = n / QB, nchunk = (nblk + DC - 1) / DC, padded = nchunk * DC;
     const int rn = one_act ? 1 : a->nb;
     /* exact for both: a 32-block type's row is nblk equal blocks, a K-quant row whole super-blocks
-     * of DC blocks (Q6_K: 210 bytes, not a multiple of DC); a constant where the type says it
+     * of DC blocks (Q6_K: 210 bytes, not a multiple of DC); a constant for lane = block types
      * (the prefetch loop below unrolls) */
-    const size_t chunk_bytes = t == KVP_TYPE_Q4_K_LB ? KQ4_LB_BYTES : t == KVP_TYPE_Q6_K_LB ? 210 : rb * DC / (size_t)nblk;
+    const size_t chunk_bytes = is_lb(t) ? lb_sb_bytes(t) : rb * DC / (size_t)nblk;
     /* per activation: dx, sf[2], corr[2] over the padded blocks (and q, lo regrouped for lane =
      * block weights); then t [rn][DBAND][DR] */
     size_t act_bytes = (size_t)padded * (5 * sizeof(float) + (is_lb(t) ? 2 * QB : 0)),
@@ -1323,7 +1325,7 @@ INLINE void put_scales(amx_w *b, int i, int H, int mins, float sc0, float sc1, f
  * come as vectors (load_scales: load_block's floats). One gather and one scalar scale decode per
  * block were half the AMX kernel's time at batch 64. */
 INLINE void pack_rows_amx_lb(int t, const uint8_t *w, size_t rb, int64_t nblk, int64_t r0, int64_t r1, amx_w *wp) {
-    const size_t sb_bytes = base_type(t) == KVP_TYPE_Q4_K ? KQ4_LB_BYTES : 210;
+    const size_t sb_bytes = lb_sb_bytes(t);
     const int H = type_halves(t), mins = type_has_min(t);
     const __m256i offv = _mm256_set1_epi8((char)type_off(t));
     for (int i = 0; i < 16; i++) {
